@@ -1,0 +1,237 @@
+"""Wire protocol v1 between agents / framework hooks and the collector.
+
+Both ends validate with these models: the agent before it spools a batch, the server on ingest.
+Samples travel column-wise (one list per field, all lists the same length): it is compact on the
+wire, cheap to validate and maps straight onto a bulk COPY.
+
+Units are in every name. Energy is the NVML total-energy counter converted from mJ to J at the edge
+(the agent), so nothing past the agent ever sees millijoules.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PROTOCOL_VERSION = 1
+
+# Sane bounds for wire timestamps (seconds since epoch, UTC): 2000-01-01 .. now + 1 day is checked
+# on the server, which knows "now"; the floor is checked here.
+MIN_EPOCH_S = 946_684_800.0
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Field(ge=0)]
+Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+JobId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@/+=-]+$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuInfo(_Strict):
+    """Static facts about one GPU (or MIG device) on a node, sent with every batch (cheap, idempotent)."""
+
+    uuid: Name
+    index: NonNegInt
+    name: Name
+    memory_total_bytes: NonNegInt | None = None
+    pci_bus_id: str | None = None
+    mig_parent_uuid: str | None = None
+    # Which NVML call fed power_w, e.g. "nvmlDeviceGetPowerUsage" (1-s average on A100/H100)
+    # or "field:NVML_FI_DEV_POWER_INSTANT", or "nvidia-smi:power.draw" for a replayed log.
+    power_source: str | None = None
+    power_limit_w: NonNegFloat | None = None
+    tdp_w: NonNegFloat | None = None
+
+
+class NodeInfo(_Strict):
+    hostname: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    nvml_version: str | None = None
+
+
+# Per-GPU numeric sample fields, in column order: (name, python type). Every one may be null
+# (unsupported on that GPU, or not sampled). `*_max_*` are maxima over the shipping interval of the
+# agent's faster internal sampling, so that short peaks are not missed between shipped samples.
+SAMPLE_FIELDS: tuple[tuple[str, type], ...] = (
+    ("memory_used_bytes", int),
+    ("memory_used_max_bytes", int),
+    ("memory_total_bytes", int),
+    ("memory_reserved_bytes", int),
+    ("gpu_util_pct", float),
+    ("mem_util_pct", float),
+    ("power_w", float),
+    ("power_max_w", float),
+    ("energy_counter_j", float),
+    ("temperature_c", float),
+    ("sm_clock_mhz", float),
+    ("mem_clock_mhz", float),
+    ("throttle_reasons", int),
+    ("pcie_tx_bytes_per_s", float),
+    ("pcie_rx_bytes_per_s", float),
+    ("nvlink_tx_bytes_per_s", float),
+    ("nvlink_rx_bytes_per_s", float),
+    ("ecc_corrected_total", int),
+    ("ecc_uncorrected_total", int),
+    ("xid_last", int),
+)
+PCT_FIELDS = frozenset({"gpu_util_pct", "mem_util_pct"})
+
+OptNonNegInt = NonNegInt | None
+OptNonNegFloat = NonNegFloat | None
+
+
+class SampleColumns(_Strict):
+    ts: list[Timestamp]
+    gpu_uuid: list[Name]
+    healthy: list[bool] | None = None
+    memory_used_bytes: list[OptNonNegInt] | None = None
+    memory_used_max_bytes: list[OptNonNegInt] | None = None
+    memory_total_bytes: list[OptNonNegInt] | None = None
+    memory_reserved_bytes: list[OptNonNegInt] | None = None
+    gpu_util_pct: list[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None] | None = None
+    mem_util_pct: list[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None] | None = None
+    power_w: list[OptNonNegFloat] | None = None
+    power_max_w: list[OptNonNegFloat] | None = None
+    energy_counter_j: list[OptNonNegFloat] | None = None
+    temperature_c: list[Annotated[float, Field(allow_inf_nan=False)] | None] | None = None
+    sm_clock_mhz: list[OptNonNegFloat] | None = None
+    mem_clock_mhz: list[OptNonNegFloat] | None = None
+    throttle_reasons: list[OptNonNegInt] | None = None
+    pcie_tx_bytes_per_s: list[OptNonNegFloat] | None = None
+    pcie_rx_bytes_per_s: list[OptNonNegFloat] | None = None
+    nvlink_tx_bytes_per_s: list[OptNonNegFloat] | None = None
+    nvlink_rx_bytes_per_s: list[OptNonNegFloat] | None = None
+    ecc_corrected_total: list[OptNonNegInt] | None = None
+    ecc_uncorrected_total: list[OptNonNegInt] | None = None
+    xid_last: list[OptNonNegInt] | None = None
+
+    @model_validator(mode="after")
+    def _same_length(self) -> SampleColumns:
+        n = len(self.ts)
+        for name in ("gpu_uuid", "healthy", *(f for f, _ in SAMPLE_FIELDS)):
+            col = getattr(self, name)
+            if col is not None and len(col) != n:
+                raise ValueError(f"column {name!r} has {len(col)} values, ts has {n}")
+        return self
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+class ProcessColumns(_Strict):
+    """Per-process GPU memory, attributed to jobs by the agent ('unattributed' is sent as null)."""
+
+    ts: list[Timestamp]
+    gpu_uuid: list[Name]
+    pid: list[NonNegInt]
+    used_memory_bytes: list[OptNonNegInt]
+    job_id: list[JobId | None]
+    # how the job was found: "env:FLEETPROF_JOB_ID", "env:SLURM_JOB_ID", "k8s:pod", or null
+    attribution: list[str | None] | None = None
+
+    @model_validator(mode="after")
+    def _same_length(self) -> ProcessColumns:
+        n = len(self.ts)
+        for name in ("gpu_uuid", "pid", "used_memory_bytes", "job_id", "attribution"):
+            col = getattr(self, name)
+            if col is not None and len(col) != n:
+                raise ValueError(f"column {name!r} has {len(col)} values, ts has {n}")
+        return self
+
+
+class SampleBatch(_Strict):
+    protocol_version: Literal[1]
+    node: Name
+    # (agent_id, seq) is the idempotency key: a batch resent after a lost acknowledgement is stored once.
+    agent_id: Name
+    seq: NonNegInt
+    sent_at: Timestamp
+    source: Literal["nvml", "replay", "test"] = "nvml"
+    node_info: NodeInfo | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    samples: SampleColumns
+    processes: ProcessColumns | None = None
+    # Samples the agent's spool had to drop (disk bound reached) since it started: reported, never silent.
+    dropped_samples_total: NonNegInt = 0
+    # Agent clock minus server clock, as the agent measured it from the last acknowledgement's Date.
+    clock_skew_s: FiniteFloat | None = None
+
+
+# ---------------------------------------------------------------- framework events
+
+
+class _EventBase(_Strict):
+    job_id: JobId
+    ts: Timestamp
+    rank: NonNegInt = 0
+
+
+class JobStartEvent(_EventBase):
+    kind: Literal["job_start"]
+    host: str | None = None
+    pid: NonNegInt | None = None
+    framework: str | None = None
+    device: str | None = None  # "cuda:0", "cpu"
+
+
+class JobEndEvent(_EventBase):
+    kind: Literal["job_end"]
+    exit_code: int | None = None
+    state: Literal["finished", "failed", "killed", "oom"] | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class StepEvent(_EventBase):
+    kind: Literal["step"]
+    step: NonNegInt
+    wall_s: NonNegFloat
+    device_s: NonNegFloat | None = None
+    samples: NonNegInt | None = None
+    allocated_peak_bytes: NonNegInt | None = None
+    reserved_peak_bytes: NonNegInt | None = None
+    # Where the memory figures come from: "cuda_allocator" (max_memory_allocated/reserved, peaks reset
+    # per step), "cpu_rss" (process RSS on a CPU-only run), "cpu_profiler".
+    memory_source: str | None = None
+
+
+class LayerEvent(_EventBase):
+    kind: Literal["layer"]
+    step: NonNegInt
+    module: Annotated[str, Field(max_length=500)]
+    module_type: Annotated[str, Field(max_length=200)] | None = None
+    forward_s: NonNegFloat | None = None
+    backward_s: NonNegFloat | None = None
+    activation_bytes: NonNegInt | None = None
+    calls: NonNegInt = 1
+
+
+class OomEvent(_EventBase):
+    kind: Literal["oom"]
+    message: str | None = Field(default=None, max_length=4000)
+    requested_bytes: NonNegInt | None = None
+
+
+Event = Annotated[
+    Union[JobStartEvent, JobEndEvent, StepEvent, LayerEvent, OomEvent], Field(discriminator="kind")
+]
+
+
+class EventBatch(_Strict):
+    protocol_version: Literal[1]
+    # (source_id, seq) is the idempotency key, as (agent_id, seq) is for samples.
+    source_id: Name
+    seq: NonNegInt
+    sent_at: Timestamp
+    events: list[Event] = Field(max_length=100_000)
+
+
+class IngestAck(BaseModel):
+    accepted: int
+    duplicate: bool = False
+    server_time: float

@@ -1,0 +1,61 @@
+"""The `fleetprof` console entry point: parses the subcommand and hands it to the package that owns it.
+
+Subcommand modules are imported lazily so that `fleetprof agent` on a GPU node imports neither the server
+(FastAPI, SQLAlchemy) nor the dashboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> module that provides `add_arguments(parser)` and `run(args) -> int`
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("server.cli.up", "start collector, worker, dashboard and a local agent (embedded default)"),
+    "server": ("server.cli.serve", "run the FastAPI collector and REST API"),
+    "worker": ("server.cli.worker", "run a Celery worker (and beat with --beat)"),
+    "db": ("server.cli.db", "database maintenance: `db upgrade`"),
+    "token": ("server.cli.token", "API tokens: `token create --scope ...`"),
+    "dashboard": ("dashboard.cli", "run the Dash dashboard"),
+    "agent": ("agent.cli.agent", "run the node agent (NVML sampler, spool, shipper)"),
+    "run": ("agent.cli.run", "run a training command as a profiled job"),
+    "report": ("agent.cli.report", "print a job's characterization report"),
+    "replay": ("agent.cli.replay", "send a recorded telemetry file through the ingest API"),
+    "import-trace": ("agent.cli.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
+    "estimate": ("agent.cli.estimate", "pre-training memory/time/energy estimate"),
+}
+
+
+class CliError(Exception):
+    """A user-facing error: printed to stderr without a traceback, exit status 2."""
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetprof", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or only == name:
+            importlib.import_module(module_name).add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=command if command in COMMANDS else None)
+    args = parser.parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except CliError as exc:
+        print(f"fleetprof {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
