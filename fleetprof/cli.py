@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from fleetprof.errors import CliError
+
 # subcommand -> module that provides `add_arguments(parser)` and `run(args) -> int`
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("server.cli.up", "start collector, worker, dashboard and a local agent (embedded default)"),
@@ -26,10 +28,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import-trace": ("agent.cli.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
     "estimate": ("agent.cli.estimate", "pre-training memory/time/energy estimate"),
 }
-
-
-class CliError(Exception):
-    """A user-facing error: printed to stderr without a traceback, exit status 2."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
