@@ -25,7 +25,7 @@ NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-JobId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@/+=-]+$")]
+JobId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$")]
 
 
 class _Strict(BaseModel):

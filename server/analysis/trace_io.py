@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -15,43 +16,166 @@ from typing import IO, Any
 import ijson
 
 GZIP_MAGIC = b"\x1f\x8b"
+EVENTS_KEY = "traceEvents"
+
+# What a broken file makes ijson, gzip or zlib raise; all mean "not a readable trace".
+_READ_ERRORS = (ijson.JSONError, EOFError, OSError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError)
 
 
 class TraceFormatError(ValueError):
     """The file is not a readable Kineto trace (bad JSON, truncated gzip, no traceEvents)."""
 
 
-def open_trace(source: str | Path | bytes | IO[bytes]) -> IO[bytes]:
-    """A binary stream of the trace's JSON text, transparently gunzipped."""
+class TraceTooLargeError(ValueError):
+    """The decompressed trace is larger than the caller's limit (a 413, not a 422)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(f"trace is larger than {max_bytes} bytes once decompressed")
+        self.max_bytes = max_bytes
+
+
+class _LimitedReader(io.RawIOBase):
+    """Counts the decompressed bytes read and refuses to go past `max_bytes` (gzip bombs included)."""
+
+    def __init__(self, inner: IO[bytes], max_bytes: int | None) -> None:
+        self._inner = inner
+        self.max_bytes = max_bytes
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._inner.read(len(buffer))
+        n = len(data)
+        self.bytes_read += n
+        if self.max_bytes is not None and self.bytes_read > self.max_bytes:
+            raise TraceTooLargeError(self.max_bytes)
+        buffer[:n] = data
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        # ijson's C backend calls read(n) directly; skip RawIOBase's extra copy.
+        data = self._inner.read(size)
+        self.bytes_read += len(data)
+        if self.max_bytes is not None and self.bytes_read > self.max_bytes:
+            raise TraceTooLargeError(self.max_bytes)
+        return data
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+def open_trace(source: str | Path | bytes | IO[bytes], *, max_bytes: int | None = None) -> _LimitedReader:
+    """A binary stream of the trace's JSON text, transparently gunzipped.
+
+    A file-like `source` must be seekable (its first two bytes are peeked); closing the returned
+    stream closes it. `max_bytes` bounds the decompressed size: reading past it raises
+    `TraceTooLargeError`; `.bytes_read` says how much was read.
+    """
     if isinstance(source, (str, Path)):
         raw: IO[bytes] = open(source, "rb")
-    elif isinstance(source, bytes):
-        raw = io.BytesIO(source)
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        raw = io.BytesIO(bytes(source))
     else:
         raw = source
+    start = raw.tell()
     head = raw.read(2)
-    raw.seek(0)
-    return gzip.GzipFile(fileobj=raw) if head == GZIP_MAGIC else raw  # type: ignore[return-value]
+    raw.seek(start)
+    inner: IO[bytes] = gzip.GzipFile(fileobj=raw) if head == GZIP_MAGIC else raw  # type: ignore[assignment]
+    return _LimitedReader(inner, max_bytes)
 
 
 def iter_events(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
     """Yield each element of `traceEvents` as a dict (numbers as int/float, not Decimal)."""
     try:
-        yield from ijson.items(stream, "traceEvents.item", use_float=True)
-    except (ijson.JSONError, EOFError, OSError, gzip.BadGzipFile) as exc:
+        yield from ijson.items(stream, f"{EVENTS_KEY}.item", use_float=True)
+    except _READ_ERRORS as exc:
         raise TraceFormatError(f"unreadable trace: {exc.__class__.__name__}: {exc}") from exc
+
+
+def read_header(stream: IO[bytes]) -> tuple[dict[str, Any], bool]:
+    """Top-level keys written *before* `traceEvents`, and whether `traceEvents` was found.
+
+    Stops reading at the `traceEvents` key, so it costs only the header. Kineto writes
+    `schemaVersion`, `deviceProperties` and `distributedInfo` there; what it writes after the events
+    (`traceName`, `displayTimeUnit`, `baseTimeNanoseconds`) needs `read_metadata`.
+    """
+    meta: dict[str, Any] = {}
+    try:
+        parser = ijson.parse(stream, use_float=True)
+        first = next(parser, None)
+        if first is None or first[1] != "start_map":
+            raise TraceFormatError("a Kineto trace is a JSON object; this is not one")
+        for key, value in _top_level_values(parser):
+            if key == EVENTS_KEY:
+                return meta, True
+            meta[key] = value
+    except _READ_ERRORS as exc:
+        raise TraceFormatError(f"unreadable trace: {exc.__class__.__name__}: {exc}") from exc
+    return meta, False
 
 
 def read_metadata(stream: IO[bytes]) -> dict[str, Any]:
     """Top-level keys other than `traceEvents` (distributedInfo, deviceProperties, schemaVersion...).
 
-    Streams the whole file once; events are skipped without being built.
+    Streams the whole file once; events are skipped token by token, never built, so memory stays
+    bounded by the largest metadata value.
     """
     meta: dict[str, Any] = {}
     try:
-        for key, value in ijson.kvitems(stream, "", use_float=True):
-            if key != "traceEvents":
+        parser = ijson.parse(stream, use_float=True)
+        first = next(parser, None)
+        if first is None or first[1] != "start_map":
+            raise TraceFormatError("a Kineto trace is a JSON object; this is not one")
+        for key, value in _top_level_values(parser, skip=EVENTS_KEY):
+            if key != EVENTS_KEY:
                 meta[key] = value
-    except (ijson.JSONError, EOFError, OSError, gzip.BadGzipFile) as exc:
+    except _READ_ERRORS as exc:
         raise TraceFormatError(f"unreadable trace: {exc.__class__.__name__}: {exc}") from exc
     return meta
+
+
+_SKIPPED = object()
+
+
+def _top_level_values(parser: Iterator[tuple[str, str, Any]], skip: str | None = None) -> Iterator[tuple[str, Any]]:
+    """(key, value) for each top-level key, from an ijson.parse stream already past the opening `{`.
+
+    The key is yielded as soon as it is seen with a placeholder for `EVENTS_KEY` when the caller stops
+    there (read_header); the `skip` key's value is consumed token by token and yielded as `_SKIPPED`.
+    """
+    for prefix, event, value in parser:
+        if event == "end_map" and prefix == "":
+            return
+        if event != "map_key" or prefix != "":
+            continue
+        key = value
+        if key == EVENTS_KEY and skip != EVENTS_KEY:
+            yield key, _SKIPPED
+            return
+        if key == skip:
+            depth = 0
+            for _, ev, _ in parser:
+                if ev in ("start_map", "start_array"):
+                    depth += 1
+                elif ev in ("end_map", "end_array"):
+                    depth -= 1
+                if depth == 0:
+                    break
+            yield key, _SKIPPED
+            continue
+        builder = ijson.ObjectBuilder()
+        depth = 0
+        for _, ev, val in parser:
+            builder.event(ev, val)
+            if ev in ("start_map", "start_array"):
+                depth += 1
+            elif ev in ("end_map", "end_array"):
+                depth -= 1
+            if depth == 0:
+                break
+        yield key, builder.value

@@ -1,0 +1,22 @@
+"""What every client command shares: finding the server and token, and turning transport errors into CLI errors."""
+
+from __future__ import annotations
+
+from fleetprof.errors import CliError
+
+from agent.config import load_settings
+from agent.transport import Transport
+
+
+def client_transport(server_url: str | None = None, token: str | None = None) -> Transport:
+    settings = load_settings(server_url=server_url, token=token)
+    if not settings.server_url:
+        raise CliError("no server: set FLEETPROF_SERVER_URL (e.g. http://127.0.0.1:8000) or pass --server")
+    if not settings.token:
+        raise CliError("no token: set FLEETPROF_TOKEN (create one with `fleetprof token create`) or pass --token")
+    return Transport(settings.server_url, settings.token)
+
+
+def add_server_arguments(parser) -> None:  # type: ignore[no-untyped-def]
+    parser.add_argument("--server", help="collector URL (default: $FLEETPROF_SERVER_URL)")
+    parser.add_argument("--token", help="API token (default: $FLEETPROF_TOKEN)")

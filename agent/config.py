@@ -1,0 +1,33 @@
+"""Agent-side settings (node agent, `fleetprof run`, framework hooks, client commands).
+
+Environment prefix `FLEETPROF_`; nothing else in `agent/` reads os.environ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPROF_", extra="ignore")
+
+    server_url: str | None = None
+    token: str | None = None
+    # Set by `fleetprof run` in the child's environment; read by the framework hooks.
+    job_id: str | None = None
+    team: str | None = None
+    node_name: str | None = None
+    interval_s: float = 1.0
+    fast_interval_s: float = 0.1
+    spool_dir: Path = Path(".fleetprof/spool")
+    spool_max_bytes: int = 256 * 1024 * 1024
+    # Framework hooks: "off" | "default" (steps + allocator peaks) | "layers" (+ per-module timing)
+    hooks_level: str = "default"
+    hooks_layer_every: int = 50
+    hooks_alloc_trace_steps: int = 0
+
+
+def load_settings(**overrides: object) -> AgentSettings:
+    return AgentSettings(**{k: v for k, v in overrides.items() if v is not None})

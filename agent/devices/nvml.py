@@ -1,0 +1,466 @@
+"""NVML implementation of the device interface (nvidia-ml-py's `pynvml`, imported lazily).
+
+Degrade, don't fail (Datadog's NVML check): a field the GPU does not support is None, logged once per GPU,
+and not asked again; a GPU that is lost (or whose driver fails) raises `GpuLostError` for that slot only,
+and the next reading tries to get its handle back by UUID. Every `pynvml.NVMLError` is mapped to the
+exceptions of `agent.devices.base` in `map_nvml_error`; nothing above this module sees a pynvml type.
+
+The `nvml` constructor argument takes the whole module, so tests and the benchmark pass the test double of
+`agent.devices.fake` (Zeus style: no GPU needed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
+
+from agent.devices.base import (
+    DeviceError,
+    DevicePermissionError,
+    Devices,
+    DeviceUnavailableError,
+    FieldNotSupportedError,
+    GpuIdentity,
+    GpuLostError,
+    GpuProcess,
+    GpuReading,
+    NodeFacts,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# NVML error names -> our exception types. Anything not listed is a transient DeviceError.
+_LOST = ("GPU_IS_LOST", "RESET_REQUIRED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "IRQ_ISSUE",
+         "GPU_NOT_FOUND", "UNINITIALIZED", "UNKNOWN")
+_UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATCH", "DEPRECATED",
+                "INVALID_ARGUMENT", "NOT_FOUND")
+_UNAVAILABLE = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION", "LIB_RM_VERSION_MISMATCH")
+_UINT_MAX = 0xFFFFFFFF
+
+
+def _codes(nvml: Any, names: tuple[str, ...]) -> frozenset[int]:
+    return frozenset(getattr(nvml, "NVML_ERROR_" + n) for n in names if hasattr(nvml, "NVML_ERROR_" + n))
+
+
+def map_nvml_error(nvml: Any, exc: Exception, slot: int = -1) -> DeviceError:
+    """Our exception for a pynvml.NVMLError (by its numeric code, which both pynvml and the double carry)."""
+    code = getattr(exc, "value", None)
+    if code in _codes(nvml, _LOST):
+        return GpuLostError(slot, f"{exc} (NVML error {code})")
+    if code in _codes(nvml, _UNSUPPORTED):
+        return FieldNotSupportedError(f"{exc} (NVML error {code})")
+    if code == getattr(nvml, "NVML_ERROR_NO_PERMISSION", None):
+        return DevicePermissionError(f"{exc} (NVML error {code})")
+    return DeviceError(f"{exc} (NVML error {code})")
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _handle_key(handle: object) -> int:
+    """A hashable identity for an NVML handle (ctypes pointers compare by address, the double by id)."""
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+    return id(handle)
+
+
+def _field_value(nvml: Any, fv: Any) -> float | int | None:
+    vt = fv.valueType
+    v = fv.value
+    if vt == nvml.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return int(v.uiVal)
+    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return int(v.ulVal)
+    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return int(v.ullVal)
+    if vt == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return int(v.sllVal)
+    if vt == nvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return int(v.siVal)
+    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return int(v.usVal)
+    return None
+
+
+class NvmlDevices(Devices):
+    """All GPUs (and MIG devices) NVML sees on this node. Not thread-safe: one sampler owns it."""
+
+    source = "nvml"
+
+    def __init__(self, nvml: ModuleType | Any | None = None, *, xid_events: bool = True,
+                 clock: Callable[[], float] = time.monotonic):
+        if nvml is None:
+            try:
+                import pynvml as nvml  # lazy: nodes without the agent extra can still import agent/
+            except ImportError as exc:
+                raise DeviceUnavailableError("nvidia-ml-py is not installed (pip install 'fleetprof[agent]')") from exc
+        self._nvml = nvml
+        self._clock = clock
+        self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
+        self._lost_codes = _codes(nvml, _LOST)
+        self._skip: set[tuple[int, str]] = set()  # (slot, field) found unsupported: not asked again
+        self._warned: set[tuple[int, str]] = set()
+        self._closed = False
+        self._lock = threading.Lock()
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise DeviceUnavailableError(f"NVML cannot be initialised: {exc}") from exc
+        try:
+            self._facts = self._read_facts()
+            self._handles: list[Any] = []
+            self._ids: list[GpuIdentity] = []
+            self._v2_memory: list[bool] = []
+            self._nvlink_fields: list[list[tuple[int, int]]] = []
+            self._lost: list[bool] = []
+            self._discover()
+            self._event_set: Any = None
+            self._event_slots: dict[int, int] = {}
+            if xid_events:
+                self._register_xid_events()
+        except nvml.NVMLError as exc:
+            self.close()
+            raise DeviceUnavailableError(f"NVML device discovery failed: {exc}") from exc
+
+    # ------------------------------------------------------------------------------------------ setup
+
+    def _read_facts(self) -> NodeFacts:
+        nvml = self._nvml
+
+        def opt(fn: Callable[[], T]) -> T | None:
+            try:
+                return fn()
+            except nvml.NVMLError:
+                return None
+
+        cuda = opt(nvml.nvmlSystemGetCudaDriverVersion)
+        nvml_version = opt(nvml.nvmlSystemGetNVMLVersion)
+        driver = opt(nvml.nvmlSystemGetDriverVersion)
+        return NodeFacts(
+            driver_version=_text(driver) if driver is not None else None,
+            # 12040 -> "12.4"
+            cuda_version=f"{cuda // 1000}.{(cuda % 1000) // 10}" if isinstance(cuda, int) else None,
+            nvml_version=_text(nvml_version) if nvml_version is not None else None,
+        )
+
+    def _discover(self) -> None:
+        nvml = self._nvml
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            parent = self._add(handle, index, mig_parent_uuid=None)
+            try:
+                current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+            except nvml.NVMLError:
+                continue  # MIG not supported on this GPU
+            if current != nvml.NVML_DEVICE_MIG_ENABLE:
+                continue
+            try:
+                count = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+            except nvml.NVMLError as exc:
+                log.warning("GPU %s: MIG enabled but its devices cannot be listed: %s", parent.uuid, exc)
+                continue
+            for mig_index in range(count):
+                try:
+                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
+                except nvml.NVMLError:
+                    continue  # empty MIG slot (NVML_ERROR_NOT_FOUND)
+                self._add(mig, index, mig_parent_uuid=parent.uuid)
+
+    def _add(self, handle: Any, index: int, *, mig_parent_uuid: str | None) -> GpuIdentity:
+        nvml = self._nvml
+        slot = len(self._handles)
+        self._handles.append(handle)
+        self._lost.append(False)
+        self._v2_memory.append(hasattr(nvml, "nvmlMemory_v2"))
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        # provisional identity so that log lines of the probes below can name the GPU
+        self._ids.append(GpuIdentity(slot=slot, index=index, uuid=uuid, name="?",
+                                     mig_parent_uuid=mig_parent_uuid))
+        self._nvlink_fields.append([])
+        try:
+            self._ids[slot] = self._identify(slot, handle, index, uuid, mig_parent_uuid)
+        except GpuLostError as exc:
+            # keep the slot: it is reported unhealthy, and revived if it comes back
+            log.warning("GPU %s is lost at start-up: %s", uuid, exc)
+        return self._ids[slot]
+
+    def _identify(self, slot: int, handle: Any, index: int, uuid: str, mig_parent_uuid: str | None) -> GpuIdentity:
+        nvml = self._nvml
+        physical = mig_parent_uuid is None
+        name = _text(self._get(slot, "name", nvml.nvmlDeviceGetName, handle) or "unknown")
+        pci = self._get(slot, "pci_info", nvml.nvmlDeviceGetPciInfo, handle) if physical else None
+        mem = self._memory_info(slot)
+        # MIG devices have no power sensor, energy counter or NVLink of their own: the parent reports them
+        power_source = self._probe_power(slot) if physical else None
+        limit = self._get(slot, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle) if physical else None
+        default_limit = (self._get(slot, "power_default_limit", nvml.nvmlDeviceGetPowerManagementDefaultLimit,
+                                   handle) if physical else None)
+        self._nvlink_fields[slot] = self._probe_nvlink(slot) if physical else []
+        return GpuIdentity(
+            slot=slot, index=index, uuid=uuid, name=name,
+            memory_total_bytes=int(mem.total) if mem is not None else None,
+            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            mig_parent_uuid=mig_parent_uuid, power_source=power_source,
+            power_limit_mw=limit, default_power_limit_mw=default_limit,
+        )
+
+    def _probe_power(self, slot: int) -> str | None:
+        """Prefer the instantaneous power field (H100/A100 GetPowerUsage is a 1-s average)."""
+        nvml = self._nvml
+        field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is not None:
+            try:
+                (fv,) = nvml.nvmlDeviceGetFieldValues(self._handles[slot], [field])
+                if fv.nvmlReturn == nvml.NVML_SUCCESS:
+                    return "field:NVML_FI_DEV_POWER_INSTANT"
+            except nvml.NVMLError:
+                pass
+        if self._get(slot, "power", nvml.nvmlDeviceGetPowerUsage, self._handles[slot]) is not None:
+            return "nvmlDeviceGetPowerUsage"
+        return None
+
+    def _probe_nvlink(self, slot: int) -> list[tuple[int, int]]:
+        nvml = self._nvml
+        if not hasattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"):
+            return []
+        try:
+            (fv,) = nvml.nvmlDeviceGetFieldValues(self._handles[slot], [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        except nvml.NVMLError:
+            return []
+        links = _field_value(nvml, fv) if fv.nvmlReturn == nvml.NVML_SUCCESS else None
+        if not links:
+            self._note_unsupported(slot, "nvlink", "no NVLink links")
+            return []
+        # per-link cumulative data counters (KiB); scopeId = link number
+        return [(f, link) for link in range(int(links))
+                for f in (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)]
+
+    def _register_xid_events(self) -> None:
+        nvml = self._nvml
+        try:
+            self._event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            log.info("NVML event sets unavailable, XID errors will be null: %s", exc)
+            return
+        for ident, handle in zip(self._ids, self._handles):
+            if ident.mig_parent_uuid is not None:
+                continue
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._event_set)
+                self._event_slots[_handle_key(handle)] = ident.slot
+            except nvml.NVMLError as exc:
+                self._note_unsupported(ident.slot, "xid_events", str(exc))
+
+    # ------------------------------------------------------------------------------------------ calls
+
+    def _note_unsupported(self, slot: int, field: str, why: str) -> None:
+        if (slot, field) not in self._skip:
+            self._skip.add((slot, field))
+            log.info("GPU %s: %s not supported (%s); reported as null", self._ids[slot].uuid, field, why)
+
+    def _get(self, slot: int, field: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """Call NVML for one field: None when unsupported (logged once), GpuLostError when the GPU is gone."""
+        if (slot, field) in self._skip:
+            return None
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as exc:
+            err = map_nvml_error(self._nvml, exc, slot)
+            if isinstance(err, GpuLostError):
+                self._lost[slot] = True
+                raise err from None
+            if isinstance(err, (FieldNotSupportedError, DevicePermissionError)):
+                self._note_unsupported(slot, field, str(err))
+            elif (slot, field) not in self._warned:  # transient (timeout...): null this time
+                self._warned.add((slot, field))
+                log.warning("GPU %s: reading %s failed: %s", self._ids[slot].uuid, field, err)
+            return None
+
+    def _memory_info(self, slot: int) -> Any:
+        nvml = self._nvml
+        handle = self._handles[slot]
+        if self._v2_memory[slot]:
+            info = self._get(slot, "memory_v2", nvml.nvmlDeviceGetMemoryInfo, handle, nvml.nvmlMemory_v2)
+            if info is not None:
+                return info
+            self._v2_memory[slot] = False  # old driver: v1 has no `reserved`
+        return self._get(slot, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
+
+    def _revive(self, slot: int) -> None:
+        """A lost GPU's handle is stale; after a reset it may come back under the same UUID."""
+        nvml = self._nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(self._ids[slot].uuid)
+        except nvml.NVMLError as exc:
+            raise GpuLostError(slot, f"still lost: {exc}") from None
+        self._handles[slot] = handle
+        self._lost[slot] = False
+        log.warning("GPU %s is back", self._ids[slot].uuid)
+
+    # ------------------------------------------------------------------------------------------ interface
+
+    def node_facts(self) -> NodeFacts:
+        return self._facts
+
+    def gpus(self) -> list[GpuIdentity]:
+        return list(self._ids)
+
+    def _power_mw(self, slot: int) -> int | None:
+        nvml = self._nvml
+        handle = self._handles[slot]
+        source = self._ids[slot].power_source
+        if source == "field:NVML_FI_DEV_POWER_INSTANT":
+            values = self._get(slot, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
+                               [nvml.NVML_FI_DEV_POWER_INSTANT])
+            if values and values[0].nvmlReturn == nvml.NVML_SUCCESS:
+                v = _field_value(nvml, values[0])
+                return int(v) if v is not None else None
+            return None
+        if source is not None:
+            return self._get(slot, "power", nvml.nvmlDeviceGetPowerUsage, handle)
+        return None
+
+    def read_fast(self, slot: int) -> tuple[int | None, int | None]:
+        if self._lost[slot]:
+            self._revive(slot)
+        mem = self._memory_info(slot)
+        return (int(mem.used) if mem is not None else None), self._power_mw(slot)
+
+    def read(self, slot: int) -> GpuReading:
+        if self._lost[slot]:
+            self._revive(slot)
+        nvml = self._nvml
+        h = self._handles[slot]
+        g = self._get
+        r = GpuReading()
+        mem = self._memory_info(slot)
+        if mem is not None:
+            r.memory_used_bytes = int(mem.used)
+            r.memory_total_bytes = int(mem.total)
+            r.memory_reserved_bytes = int(mem.reserved) if hasattr(mem, "reserved") else None
+        util = g(slot, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
+        if util is not None:
+            r.gpu_util_pct = float(util.gpu)
+            r.mem_util_pct = float(util.memory)
+        r.power_mw = self._power_mw(slot)
+        self._read_fields(slot, r)
+        temp = g(slot, "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
+        r.temperature_c = float(temp) if temp is not None else None
+        sm = g(slot, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+        r.sm_clock_mhz = float(sm) if sm is not None else None
+        mc = g(slot, "mem_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM)
+        r.mem_clock_mhz = float(mc) if mc is not None else None
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        r.throttle_reasons = g(slot, "throttle_reasons", reasons_fn, h)
+        # nvmlDeviceGetPcieThroughput samples for 20 ms inside the driver (wall time, not CPU)
+        tx = g(slot, "pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
+        r.pcie_rx_kib_per_s = float(rx) if rx is not None else None
+        r.ecc_corrected_total = g(slot, "ecc_corrected", nvml.nvmlDeviceGetTotalEccErrors, h,
+                                  nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
+        r.ecc_uncorrected_total = g(slot, "ecc_uncorrected", nvml.nvmlDeviceGetTotalEccErrors, h,
+                                    nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
+        return r
+
+    def _read_fields(self, slot: int, r: GpuReading) -> None:
+        """Energy and NVLink counters in one nvmlDeviceGetFieldValues call (one ioctl instead of 2N+1)."""
+        nvml = self._nvml
+        if self._ids[slot].mig_parent_uuid is not None:
+            return  # energy and NVLink belong to the parent GPU
+        ids: list[Any] = []
+        if (slot, "energy") not in self._skip:
+            ids.append(nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+        links = [] if (slot, "nvlink") in self._skip else self._nvlink_fields[slot]
+        ids.extend(links)
+        if not ids:
+            return
+        values = self._get(slot, "field_values", nvml.nvmlDeviceGetFieldValues, self._handles[slot], ids)
+        if values is None:
+            return
+        i = 0
+        if (slot, "energy") not in self._skip:
+            fv = values[0]
+            i = 1
+            if fv.nvmlReturn == nvml.NVML_SUCCESS:
+                v = _field_value(nvml, fv)
+                r.energy_mj = int(v) if v is not None else None
+            elif fv.nvmlReturn in self._lost_codes:
+                self._lost[slot] = True
+                raise GpuLostError(slot, f"energy field: NVML error {fv.nvmlReturn}")
+            else:
+                self._note_unsupported(slot, "energy", f"NVML error {fv.nvmlReturn}")
+        if links:
+            tx = rx = 0
+            ok = False
+            for fv in values[i:]:
+                if fv.nvmlReturn != nvml.NVML_SUCCESS:
+                    continue
+                ok = True
+                v = int(_field_value(nvml, fv) or 0)
+                if fv.fieldId == nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+                    tx += v
+                else:
+                    rx += v
+            if ok:
+                now = self._clock()
+                prev = self._nvlink_prev.get(slot)
+                self._nvlink_prev[slot] = (now, tx, rx)
+                if prev is not None and now > prev[0] and tx >= prev[1] and rx >= prev[2]:
+                    r.nvlink_tx_kib_per_s = (tx - prev[1]) / (now - prev[0])
+                    r.nvlink_rx_kib_per_s = (rx - prev[2]) / (now - prev[0])
+            else:
+                self._note_unsupported(slot, "nvlink", "throughput counters not supported")
+
+    def processes(self, slot: int) -> list[GpuProcess]:
+        nvml = self._nvml
+        h = self._handles[slot]
+        used: dict[int, int | None] = {}
+        for field, fn in (("compute_processes", nvml.nvmlDeviceGetComputeRunningProcesses),
+                          ("graphics_processes", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
+            for p in self._get(slot, field, fn, h) or ():
+                mem = p.usedGpuMemory
+                prev = used.get(p.pid)
+                # a process with a compute and a graphics context is listed twice with the same memory
+                used[int(p.pid)] = mem if prev is None else max(prev, mem or 0)
+        return [GpuProcess(pid, None if m is None else int(m)) for pid, m in used.items()]
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        nvml = self._nvml
+        if self._event_set is None:
+            return []
+        out = []
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait(self._event_set, 0)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) != nvml.NVML_ERROR_TIMEOUT:
+                    log.debug("nvmlEventSetWait: %s", exc)
+                return out
+            slot = self._event_slots.get(_handle_key(data.device))
+            if slot is not None and data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                log.warning("GPU %s: XID %d", self._ids[slot].uuid, data.eventData)
+                out.append((slot, int(data.eventData)))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        nvml = self._nvml
+        try:
+            if getattr(self, "_event_set", None) is not None:
+                nvml.nvmlEventSetFree(self._event_set)
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as exc:
+            log.debug("nvmlShutdown: %s", exc)

@@ -1,0 +1,133 @@
+"""fleetprof: switches on the PyTorch hooks of a job started by `fleetprof run`, with no change to its code.
+
+`fleetprof run` prepends this folder to the child's PYTHONPATH, so Python runs this file at start-up in
+place of any other `sitecustomize`. It then:
+  1. runs the sitecustomize that would have run without us (the next one on sys.path), if any;
+  2. puts a one-shot finder on `sys.meta_path` that waits for `import torch`: a program that never imports
+     torch pays a few stat() calls and imports nothing of ours;
+  3. after torch has finished importing, imports `agent.hooks.torch` and installs the hooks.
+Nothing here may break the user's program: every failure is logged once and the program carries on.
+"""
+
+import sys
+
+
+def _log_warning(msg, *args):
+    import logging
+
+    logging.getLogger("agent.hooks").warning(msg, *args)
+
+
+def _chain_previous(here):
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_fleetprof_chained_sitecustomize"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # as site.py does for a failing sitecustomize: report and go on
+        _log_warning("fleetprof: the pre-existing sitecustomize %s failed: %r", spec.origin, exc)
+
+
+def _import_hooks(root):
+    """Import agent.hooks.torch from `root` even if the user's program has a module named `agent`."""
+    import importlib
+    import importlib.machinery
+    import os
+
+    ours = os.path.join(root, "agent", "__init__.py")
+    existing = sys.modules.get("agent")
+    if existing is not None:
+        if os.path.abspath(getattr(existing, "__file__", "") or "") != ours:
+            _log_warning("fleetprof hooks: a different module named 'agent' is already imported; hooks off")
+            return None
+        return importlib.import_module("agent.hooks.torch")
+    spec = importlib.machinery.PathFinder.find_spec("agent", sys.path)
+    shadowed = spec is not None and os.path.abspath(spec.origin or "") != ours
+    sys.path.insert(0, root)
+    try:
+        module = importlib.import_module("agent.hooks.torch")
+    finally:
+        sys.path.remove(root)
+    if shadowed:
+        # The user's own `agent` must win their later `import agent`: our modules keep working through the
+        # references they already hold (agent.hooks.torch imports all it needs at import time).
+        for name in [n for n in sys.modules if n == "agent" or n.startswith("agent.")]:
+            del sys.modules[name]
+    return module
+
+
+def _on_torch_imported(root):
+    try:
+        hooks = _import_hooks(root)
+        if hooks is not None:
+            hooks.install()
+    except Exception as exc:
+        _log_warning("fleetprof hooks: not installed: %r", exc)
+
+
+class _TorchWatcher:
+    """One-shot meta-path finder: wraps torch's loader so that the hooks install right after torch loads."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec("torch")
+            loader = getattr(spec, "loader", None)
+            original = getattr(loader, "exec_module", None)
+            if original is None:
+                return spec
+            root = self.root
+
+            def exec_module(module):
+                try:
+                    original(module)
+                finally:
+                    try:
+                        del loader.exec_module
+                    except AttributeError:
+                        pass
+                _on_torch_imported(root)
+
+            loader.exec_module = exec_module
+            return spec
+        except Exception as exc:
+            _log_warning("fleetprof hooks: not installed: %r", exc)
+            return None  # let the normal finders import torch untouched
+
+
+def _boot():
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        _chain_previous(here)
+    except Exception as exc:
+        _log_warning("fleetprof: could not chain the pre-existing sitecustomize: %r", exc)
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # .../<root>/agent/hooks/_site
+        if "torch" in sys.modules:
+            _on_torch_imported(root)
+        else:
+            sys.meta_path.insert(0, _TorchWatcher(root))
+    except Exception as exc:
+        _log_warning("fleetprof hooks: not installed: %r", exc)
+
+
+_boot()

@@ -1,0 +1,138 @@
+"""Energy: from the NVML total-energy counter where it counts, else the integral of power, and say which.
+
+The counter (Volta+, converted from mJ to J by the agent) is exact over any interval, gaps included. Power
+samples are an estimate: `power_w` is a 1-s average on A100/H100 and an instantaneous reading elsewhere,
+so integrating it with trapezoids is only as good as the sampling. Per interval between two samples we
+take the counter delta when both ends have a counter and it did not go backwards; a negative delta means
+the counter was reset (driver reload, GPU reset) or wrapped, and that one interval falls back to power.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from server.analysis.jobdata import EnergySettings, GpuSeries
+
+J_PER_KWH = 3.6e6
+# NVML utilization.gpu below this is an idle GPU (a kernel ran less than 5% of the sample period).
+IDLE_UTIL_PCT = 5.0
+
+
+@dataclass
+class EnergyIntervals:
+    """Per-interval energy between consecutive samples (length n−1); NaN where neither source covers it."""
+
+    energy_j: np.ndarray
+    from_counter: np.ndarray  # bool
+    from_power: np.ndarray  # bool
+
+    @property
+    def source(self) -> str | None:
+        c, p = bool(self.from_counter.any()), bool(self.from_power.any())
+        if c and p:
+            return "mixed"
+        if c:
+            return "hardware_counter"
+        if p:
+            return "integrated_power"
+        return None
+
+
+def trapezoid_j(ts: np.ndarray, power_w: np.ndarray) -> float:
+    """Plain trapezoidal integral of power over time, NaN intervals skipped (the reference we match)."""
+    ts, power_w = np.asarray(ts, dtype=np.float64), np.asarray(power_w, dtype=np.float64)
+    if ts.size < 2:
+        return 0.0
+    seg = 0.5 * (power_w[1:] + power_w[:-1]) * np.diff(ts)
+    return float(np.nansum(seg))
+
+
+def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.ndarray) -> EnergyIntervals:
+    ts = np.asarray(ts, dtype=np.float64)
+    counter = np.asarray(energy_counter_j, dtype=np.float64)
+    power = np.asarray(power_w, dtype=np.float64)
+    if ts.size < 2:
+        e = np.empty(0)
+        return EnergyIntervals(e, e.astype(bool), e.astype(bool))
+    dt = np.diff(ts)
+    d_counter = np.diff(counter)
+    with np.errstate(invalid="ignore"):
+        counter_ok = ~np.isnan(d_counter) & (d_counter >= 0)
+    trap = 0.5 * (power[1:] + power[:-1]) * dt
+    power_ok = ~np.isnan(trap) & ~counter_ok
+    energy = np.where(counter_ok, d_counter, np.where(power_ok, trap, np.nan))
+    return EnergyIntervals(energy_j=energy, from_counter=counter_ok, from_power=power_ok)
+
+
+@dataclass
+class GpuEnergy:
+    energy_j: float | None
+    source: str | None
+    covered_s: float  # time covered by known intervals
+    mean_power_w: float | None
+    idle_energy_j: float | None
+    counter_resets: int
+    uncovered_s: float  # time between samples with neither a counter delta nor two power readings
+
+
+def gpu_energy(gpu: GpuSeries) -> GpuEnergy:
+    counter = gpu.column("energy_counter_j")
+    power = gpu.column("power_w")
+    iv = interval_energy(gpu.ts, counter, power)
+    if iv.energy_j.size == 0 or not (iv.from_counter.any() or iv.from_power.any()):
+        return GpuEnergy(None, None, 0.0, None, None, 0, 0.0)
+    dt = np.diff(gpu.ts)
+    known = iv.from_counter | iv.from_power
+    total = float(np.sum(iv.energy_j[known]))
+    covered = float(np.sum(dt[known]))
+    d_counter = np.diff(counter)
+    with np.errstate(invalid="ignore"):
+        resets = int(np.count_nonzero(d_counter < 0))
+    util = gpu.column("gpu_util_pct")
+    idle: float | None = None
+    if not np.all(np.isnan(util)):
+        # An interval is idle when the GPU was idle at both of its ends: a ramp is not idle time.
+        with np.errstate(invalid="ignore"):
+            idle_mask = (util[1:] < IDLE_UTIL_PCT) & (util[:-1] < IDLE_UTIL_PCT) & known
+        idle = float(np.sum(iv.energy_j[idle_mask]))
+    return GpuEnergy(
+        energy_j=total,
+        source=iv.source,
+        covered_s=covered,
+        mean_power_w=total / covered if covered > 0 else None,
+        idle_energy_j=idle,
+        counter_resets=resets,
+        uncovered_s=float(np.sum(dt[~known])),
+    )
+
+
+def combine_sources(sources: list[str | None]) -> str | None:
+    known = {s for s in sources if s}
+    if not known:
+        return None
+    if len(known) == 1:
+        return known.pop()
+    return "mixed"
+
+
+def energy_costs(energy_j: float | None, settings: EnergySettings) -> dict[str, float | None]:
+    """kWh at the GPU, then facility energy (× PUE) for CO2e and cost: the grid pays for the cooling too."""
+    if energy_j is None:
+        return {"kwh": None, "facility_kwh": None, "co2e_g": None, "cost_usd": None}
+    kwh = energy_j / J_PER_KWH
+    facility = kwh * settings.pue
+    return {
+        "kwh": kwh,
+        "facility_kwh": facility,
+        "co2e_g": facility * settings.grid_intensity_g_per_kwh,
+        "cost_usd": facility * settings.price_per_kwh_usd,
+    }
+
+
+def per_unit(energy_j: float | None, units: float | None) -> float | None:
+    """Energy per step / per sample; None when either side is unknown or there are no units."""
+    if energy_j is None or not units:
+        return None
+    return energy_j / units

@@ -1,0 +1,165 @@
+"""Memory characterization: device peaks (NVML), allocator peaks (hooks), headroom, fragmentation, OOM.
+
+Two views of memory that do not agree and should not: NVML sees everything on the device (CUDA context,
+cuDNN/cuBLAS workspaces, the caching allocator's whole pool, other processes), the framework hooks see
+what PyTorch allocated and reserved. Their difference is itself a finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from server.analysis.jobdata import GpuSeries, StepSeries, nanmax_or_none
+
+# NVML "used" at or above this share of capacity counts as pinned at capacity: the allocator has run out
+# of room to grow, which is how an OOM looks from the outside when the framework reports nothing.
+PINNED_FRACTION = 0.98
+# How long memory must stay pinned before we call it an OOM symptom rather than a transient peak.
+PINNED_MIN_S = 30.0
+
+
+@dataclass
+class GpuMemory:
+    uuid: str
+    memory_total_bytes: int | None
+    peak_used_bytes: int | None
+    headroom_bytes: int | None
+    peak_used_fraction: float | None
+    pinned_s: float  # longest stretch at >= PINNED_FRACTION of capacity
+    source: str | None  # "nvml_max" (interval maxima) or "nvml" (point samples)
+
+
+@dataclass
+class OomFinding:
+    detected: bool
+    suspected: bool
+    evidence: list[str] = field(default_factory=list)
+
+
+def gpu_capacity_bytes(gpu: GpuSeries) -> int | None:
+    """Capacity from the GPU's static info, else the largest `memory_total_bytes` sample."""
+    if gpu.memory_total_bytes:
+        return int(gpu.memory_total_bytes)
+    v = nanmax_or_none(gpu.column("memory_total_bytes"))
+    return int(v) if v else None
+
+
+def used_peak_series(gpu: GpuSeries) -> np.ndarray:
+    """Per-sample peak used bytes: the interval maximum where the agent sent one, else the point sample.
+
+    fmax ignores a NaN on either side, so a sample with only one of the two still counts.
+    """
+    return np.fmax(gpu.column("memory_used_max_bytes"), gpu.column("memory_used_bytes"))
+
+
+def _longest_run_s(ts: np.ndarray, mask: np.ndarray) -> float:
+    """Longest time span of consecutive samples where `mask` holds (first to last sample of the run)."""
+    if not mask.any():
+        return 0.0
+    m = mask.astype(np.int8)
+    edges = np.diff(np.concatenate([[0], m, [0]]))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1) - 1
+    return float(np.max(ts[ends] - ts[starts]))
+
+
+def gpu_memory(gpu: GpuSeries) -> GpuMemory:
+    capacity = gpu_capacity_bytes(gpu)
+    series = used_peak_series(gpu)
+    peak = nanmax_or_none(series)
+    source = None
+    if peak is not None:
+        source = "nvml_max" if gpu.has("memory_used_max_bytes") else "nvml"
+    headroom = capacity - int(peak) if (capacity is not None and peak is not None) else None
+    pinned_s = 0.0
+    if capacity and peak is not None:
+        with np.errstate(invalid="ignore"):
+            pinned = series >= PINNED_FRACTION * capacity
+        pinned_s = _longest_run_s(gpu.ts, pinned)
+    return GpuMemory(
+        uuid=gpu.uuid,
+        memory_total_bytes=capacity,
+        peak_used_bytes=None if peak is None else int(peak),
+        headroom_bytes=headroom,
+        peak_used_fraction=(peak / capacity) if (capacity and peak is not None) else None,
+        pinned_s=pinned_s,
+        source=source,
+    )
+
+
+def framework_peaks(steps: StepSeries | None) -> dict[str, Any]:
+    """Allocator peaks from hook steps and the cache the allocator held beyond its peak allocation.
+
+    fragmentation_bytes = max over ranks of (peak reserved − peak allocated) on that rank: the pool the
+    caching allocator kept but could not (or did not) hand out at the job's high-water mark. It is an upper
+    bound on external fragmentation; splitting internal from external needs an allocator snapshot.
+    """
+    out: dict[str, Any] = {
+        "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+        "fragmentation_bytes": None, "fragmentation_fraction": None, "source": None,
+    }
+    if steps is None or len(steps) == 0:
+        return out
+    alloc = np.asarray(steps.allocated_peak_bytes, dtype=np.float64)
+    resv = np.asarray(steps.reserved_peak_bytes, dtype=np.float64)
+    out["peak_allocated_bytes"] = _opt_int(nanmax_or_none(alloc))
+    out["peak_reserved_bytes"] = _opt_int(nanmax_or_none(resv))
+    if out["peak_allocated_bytes"] is not None or out["peak_reserved_bytes"] is not None:
+        out["source"] = steps.memory_source or "framework"
+    ranks = np.asarray(steps.rank)
+    best_frag: float | None = None
+    best_resv: float | None = None
+    for r in np.unique(ranks):
+        sel = ranks == r
+        a, v = nanmax_or_none(alloc[sel]), nanmax_or_none(resv[sel])
+        if a is None or v is None:
+            continue
+        frag = max(v - a, 0.0)
+        if best_frag is None or frag > best_frag:
+            best_frag, best_resv = frag, v
+    if best_frag is not None:
+        out["fragmentation_bytes"] = int(best_frag)
+        out["fragmentation_fraction"] = best_frag / best_resv if best_resv else None
+    return out
+
+
+def detect_oom(*, state: str | None, exit_code: int | None, oom_events: int,
+               gpus: list[GpuMemory]) -> OomFinding:
+    """OOM from what the job told us (state, allocator OOM events), or suspected from memory pinned at
+    capacity for PINNED_MIN_S. Exit code alone is not proof: 137 is any SIGKILL (host OOM killer, scancel)."""
+    evidence: list[str] = []
+    detected = False
+    if state == "oom":
+        detected = True
+        evidence.append("job ended with state 'oom'")
+    if oom_events > 0:
+        detected = True
+        evidence.append(f"{oom_events} allocator out-of-memory event(s) reported by the framework hook")
+    suspected = False
+    for g in gpus:
+        if g.pinned_s >= PINNED_MIN_S:
+            suspected = True
+            evidence.append(
+                f"GPU {g.uuid} memory stayed at >= {PINNED_FRACTION:.0%} of capacity for {g.pinned_s:.0f} s")
+    if exit_code is not None and exit_code != 0 and suspected:
+        evidence.append(f"job exited with code {exit_code} while memory was pinned at capacity")
+        detected = True
+    return OomFinding(detected=detected, suspected=suspected and not detected, evidence=evidence)
+
+
+def memory_timeline(gpus: list[GpuSeries], n_points: int = 200) -> list[dict[str, Any]]:
+    """Per-GPU used-memory timeline for the report, min/max downsampled so peaks survive."""
+    from server.analysis.downsample import downsample
+
+    out = []
+    for g in gpus:
+        t_d, v_d = downsample(g.ts, used_peak_series(g), n_points)
+        out.append({"uuid": g.uuid, "ts": t_d.tolist(), "used_bytes": v_d.tolist()})
+    return out
+
+
+def _opt_int(v: float | None) -> int | None:
+    return None if v is None else int(v)

@@ -1,0 +1,326 @@
+"""Right-sizing in the manner of the Kubernetes VPA recommender, for GPU jobs.
+
+Inputs are the `rightsizing_inputs` block of characterization reports (one per run of a job or of a
+recurring job name), so answering a scheduler never touches raw samples. Every recommendation carries
+kind, summary, reason, evidence and saving (None when the saving cannot be known).
+
+Memory follows VPA: peaks per interval, a high percentile plus a safety margin, bounds widened while the
+history is short (confidence grows with days of history), a bump after an OOM. Unlike CPU, a GPU memory
+overflow kills the job, so the target never drops below the largest peak observed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
+
+if TYPE_CHECKING:
+    from server.analysis.jobdata import JobData
+
+SAFETY_MARGIN_FRACTION = 0.15  # VPA's default safety margin
+TARGET_PERCENTILE = 95.0
+OOM_BUMP_FRACTION = 0.2  # VPA: memory × 1.2 after an OOM ...
+OOM_MIN_BUMP_BYTES = 100 * 2**20  # ... and at least +100 MiB
+LOW_UTIL_PCT = 40.0  # mean GPU utilization under which a multi-GPU job is over-provisioned
+TARGET_UTIL_PCT = 70.0  # utilization to aim for when shrinking a job's GPU count
+MAX_SLOWDOWN_FRACTION = 0.10  # power cap: least energy among caps at most 10% slower than the fastest
+
+
+def recommendation(kind: str, summary: str, reason: str, evidence: Mapping[str, Any],
+                   saving: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"kind": kind, "summary": summary, "reason": reason, "evidence": dict(evidence),
+            "saving": None if saving is None else dict(saving)}
+
+
+# ---------------------------------------------------------------- memory (VPA)
+
+
+@dataclass
+class MemoryTarget:
+    target_bytes: int
+    lower_bound_bytes: int
+    upper_bound_bytes: int
+    observed_peak_bytes: int
+    confidence: float  # days of history, VPA-style
+    oom_bump: bool
+
+
+def vpa_memory_target(interval_peaks_bytes: Sequence[float], *, history_s: float, oom: bool = False,
+                      oom_capacity_bytes: int | None = None,
+                      margin: float = SAFETY_MARGIN_FRACTION) -> MemoryTarget | None:
+    """Recommended device memory from per-interval peaks (e.g. hourly peaks of each run)."""
+    p = np.asarray([x for x in interval_peaks_bytes if x is not None], dtype=np.float64)
+    p = p[~np.isnan(p)]
+    if p.size == 0:
+        return None
+    observed = float(p.max())
+    # VPA: confidence = history length in days; the bounds tighten as it grows.
+    confidence = max(history_s / 86_400.0, 1e-3)
+    target = max(float(np.percentile(p, TARGET_PERCENTILE)) * (1 + margin), observed)
+    upper = target * (1 + 1.0 / confidence)
+    lower = float(np.percentile(p, 50)) * (1 + 0.001 / confidence) ** -2
+    if oom:
+        # The job wanted more than it had: start from the capacity it ran out of when we know it.
+        base = max(observed, float(oom_capacity_bytes or 0))
+        bumped = max(base * (1 + OOM_BUMP_FRACTION), base + OOM_MIN_BUMP_BYTES)
+        target, upper = max(target, bumped), max(upper, bumped)
+    return MemoryTarget(int(target), int(min(lower, target)), int(upper), int(observed), confidence, oom)
+
+
+def smallest_fitting_gpu(required_bytes: float, catalog: Sequence[GpuModel] | None = None) -> GpuModel | None:
+    """Least memory that holds `required_bytes` (ties: the cheaper one); None when nothing fits."""
+    fits = [m for m in (catalog or load_catalog()) if m.memory_bytes >= required_bytes]
+    if not fits:
+        return None
+    return min(fits, key=lambda m: (m.memory_bytes, m.price_per_hour_usd or math.inf))
+
+
+# ---------------------------------------------------------------- batch size
+
+
+@dataclass
+class BatchFit:
+    fixed_bytes: float  # a: weights, optimizer state, context
+    per_sample_bytes: float  # b: activations per sample
+    r2: float | None
+    runs: int
+
+
+def fit_batch_memory(history: Sequence[tuple[int, float]]) -> BatchFit | None:
+    """Least-squares memory ≈ a + b·batch over runs at different batch sizes; None with < 2 sizes or b ≤ 0."""
+    pts = [(float(b), float(m)) for b, m in history if b and m is not None and not math.isnan(m)]
+    if len({b for b, _ in pts}) < 2:
+        return None
+    x = np.array([b for b, _ in pts])
+    y = np.array([m for _, m in pts])
+    b, a = np.polyfit(x, y, 1)
+    if b <= 0:
+        return None
+    resid = y - (a + b * x)
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else None
+    return BatchFit(float(a), float(b), r2, len(pts))
+
+
+def max_batch_size(fit: BatchFit, capacity_bytes: float, *, margin: float = SAFETY_MARGIN_FRACTION) -> int | None:
+    """Largest batch whose predicted memory stays under capacity less the safety margin."""
+    usable = capacity_bytes * (1 - margin) - fit.fixed_bytes
+    if usable <= 0:
+        return None
+    return int(usable // fit.per_sample_bytes)
+
+
+# ---------------------------------------------------------------- power cap
+
+
+def power_cap_choice(runs: Sequence[tuple[float, float, float]], *,
+                     max_slowdown: float = MAX_SLOWDOWN_FRACTION) -> dict[str, Any] | None:
+    """Runs as (power_limit_w, energy_j, time_s) for the same unit of work (an epoch, a window of steps).
+
+    Picks the least energy among caps no more than `max_slowdown` slower than the fastest; None with fewer
+    than two distinct caps (then it needs measuring). Zeus (NSDI'23) sweeps caps the same way.
+    """
+    by_cap: dict[float, tuple[float, float]] = {}
+    for cap, e, t in runs:
+        if cap is None or e is None or t is None:
+            continue
+        # Several runs at one cap: average them.
+        pe, pt = by_cap.get(cap, (0.0, 0.0))
+        by_cap[cap] = (pe + e, pt + t)
+    counts = {cap: sum(1 for c, e, t in runs if c == cap and e is not None and t is not None) for cap in by_cap}
+    if len(by_cap) < 2:
+        return None
+    rows = [(cap, e / counts[cap], t / counts[cap]) for cap, (e, t) in by_cap.items()]
+    fastest = min(t for _, _, t in rows)
+    ok = [r for r in rows if r[2] <= fastest * (1 + max_slowdown)]
+    best = min(ok, key=lambda r: r[1])
+    top = max(rows, key=lambda r: r[0])  # the highest cap stands for "uncapped"
+    return {"power_limit_w": best[0], "energy_j": best[1], "time_s": best[2],
+            "baseline_power_limit_w": top[0], "baseline_energy_j": top[1], "baseline_time_s": top[2],
+            "energy_saving_fraction": 1 - best[1] / top[1] if top[1] > 0 else None,
+            "slowdown_fraction": best[2] / top[2] - 1 if top[2] > 0 else None,
+            "caps_measured": sorted(by_cap)}
+
+
+# ---------------------------------------------------------------- report glue
+
+
+def inputs_from_report(report: Mapping[str, Any], job: JobData) -> dict[str, Any]:
+    """The per-run facts right-sizing needs, stored in the report so history queries stay cheap."""
+    from server.analysis.fleet import rollup_gpus
+
+    peaks: list[float] = []
+    if job.gpus:
+        r = rollup_gpus(job.gpus)
+        hours, mem = r["hour_start"], r["memory_peak_bytes"]
+        ok = ~np.isnan(mem)
+        for h in np.unique(hours[ok]):
+            peaks.append(float(mem[ok][hours[ok] == h].max()))  # the largest GPU's peak in that hour
+    mem = report["memory"]
+    gpus = report["gpus"]
+    names = [g["name"] for g in gpus if g.get("name")]
+    t = report["time"]
+    return {
+        "job_id": report["job_id"],
+        "name": report.get("name"),
+        "gpu_name": names[0] if names else job.gpu_type_requested,
+        "gpu_count": len(gpus) or job.gpus_requested,
+        "memory_total_bytes": mem.get("memory_total_bytes"),
+        "peak_used_bytes": mem.get("peak_used_bytes"),
+        "peak_reserved_bytes": mem.get("peak_reserved_bytes"),
+        "interval_peaks_bytes": peaks,
+        "duration_s": report.get("duration_s"),
+        "oom": bool(mem.get("oom_detected")),
+        "batch_size": job.batch_size,
+        "gpu_util_mean_pct": report["utilization"].get("gpu_mean_pct"),
+        "step_time_s": (t.get("step_time_s") or {}).get("mean"),
+        "energy_j": report["energy"].get("energy_j"),
+        "energy_per_step_j": report["energy"].get("energy_per_step_j"),
+        # Not in the telemetry yet: the server fills it from the GPU info (power_limit_w) when known.
+        "power_limit_w": None,
+    }
+
+
+def _inputs(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    return item.get("rightsizing_inputs", item)
+
+
+def rightsize(history: Sequence[Mapping[str, Any]], *,
+              catalog: Sequence[GpuModel] | None = None) -> dict[str, Any]:
+    """Recommendations from the runs of one job or recurring job name (reports or their
+    `rightsizing_inputs`), newest last."""
+    runs = [_inputs(h) for h in history]
+    recs: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"runs": len(runs), "memory": None, "recommendations": recs}
+    if not runs:
+        return out
+    catalog = tuple(catalog or load_catalog())
+    last = runs[-1]
+    peaks = [p for r in runs for p in (r.get("interval_peaks_bytes") or [])]
+    if not peaks:
+        peaks = [r["peak_used_bytes"] for r in runs if r.get("peak_used_bytes") is not None]
+    history_s = sum(r.get("duration_s") or 0.0 for r in runs)
+    oom_runs = [r for r in runs if r.get("oom")]
+    target = vpa_memory_target(peaks, history_s=history_s, oom=bool(oom_runs),
+                               oom_capacity_bytes=max((r.get("memory_total_bytes") or 0 for r in oom_runs),
+                                                      default=None))
+    if target is not None:
+        out["memory"] = {
+            "target_bytes": target.target_bytes, "lower_bound_bytes": target.lower_bound_bytes,
+            "upper_bound_bytes": target.upper_bound_bytes, "observed_peak_bytes": target.observed_peak_bytes,
+            "confidence_days": target.confidence, "oom_bump": target.oom_bump,
+        }
+        recs.extend(_gpu_type_recs(target, last, catalog))
+    recs.extend(_gpu_count_recs(last))
+    recs.extend(_batch_recs(runs, catalog))
+    recs.append(_power_cap_rec(runs))
+    return out
+
+
+def job_recommendations(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Recommendations for one job from its own run alone (the report's `recommendations[]`)."""
+    recs = rightsize([report])["recommendations"]
+    mem = report.get("memory") or {}
+    frac = mem.get("fragmentation_fraction")
+    if frac is not None and frac > 0.2 and mem.get("fragmentation_bytes"):
+        recs.append(recommendation(
+            "fragmentation",
+            f"Allocator cache holds {mem['fragmentation_bytes'] / 2**30:.1f} GiB beyond the peak allocation",
+            "reserved − allocated is over 20% of reserved at the high-water mark: the caching allocator keeps "
+            "blocks it cannot reuse; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            {"fragmentation_bytes": mem["fragmentation_bytes"], "fragmentation_fraction": frac},
+            {"bytes": mem["fragmentation_bytes"]}))
+    return recs
+
+
+def _gpu_hours(run: Mapping[str, Any]) -> float | None:
+    d, n = run.get("duration_s"), run.get("gpu_count")
+    return d * n / 3600.0 if (d is not None and n) else None
+
+
+def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[dict[str, Any]]:
+    fit = smallest_fitting_gpu(target.target_bytes, catalog)
+    current = find_model(last["gpu_name"], tuple(catalog)) if last.get("gpu_name") else None
+    evidence = {"target_bytes": target.target_bytes, "observed_peak_bytes": target.observed_peak_bytes,
+                "current_gpu": current.name if current else last.get("gpu_name"),
+                "confidence_days": target.confidence}
+    if fit is None:
+        return [recommendation(
+            "gpu_type", "No single GPU in the catalogue holds this job's memory",
+            f"target {target.target_bytes / 2**30:.1f} GiB exceeds every catalogue model: shard the model "
+            "or offload", evidence, None)]
+    if current is not None and fit.name == current.name:
+        return []
+    saving = None
+    if current is not None and current.price_per_hour_usd and fit.price_per_hour_usd:
+        gh = _gpu_hours(last)
+        per_h = current.price_per_hour_usd - fit.price_per_hour_usd
+        saving = {"usd_per_gpu_hour": per_h, "usd": per_h * gh if gh is not None else None}
+    why = "after an out-of-memory failure, " if target.oom_bump else ""
+    return [recommendation(
+        "gpu_type", f"Run on {fit.name} ({fit.memory_bytes / 2**30:.0f} GiB)",
+        f"{why}the smallest catalogue GPU that holds the VPA-style target of "
+        f"{target.target_bytes / 2**30:.1f} GiB (p{TARGET_PERCENTILE:.0f} of hourly peaks "
+        f"+{SAFETY_MARGIN_FRACTION:.0%}, never below the observed peak)",
+        {**evidence, "recommended_memory_bytes": fit.memory_bytes}, saving)]
+
+
+def _gpu_count_recs(last: Mapping[str, Any]) -> list[dict[str, Any]]:
+    n, util = last.get("gpu_count"), last.get("gpu_util_mean_pct")
+    if not n or n < 2 or util is None or util >= LOW_UTIL_PCT:
+        return []
+    suggested = max(1, math.ceil(n * util / TARGET_UTIL_PCT))
+    if suggested >= n:
+        return []
+    gh = _gpu_hours(last)
+    return [recommendation(
+        "gpu_count", f"Use {suggested} GPUs instead of {n}",
+        f"mean utilization across the job's {n} GPUs was {util:.0f}%: the same work at "
+        f"{TARGET_UTIL_PCT:.0f}% needs {suggested}; check that the per-GPU batch still fits",
+        {"gpu_count": n, "gpu_util_mean_pct": util},
+        {"gpus": n - suggested, "gpu_hours": gh * (n - suggested) / n if gh is not None else None})]
+
+
+def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel]) -> list[dict[str, Any]]:
+    hist = [(r["batch_size"], r.get("peak_reserved_bytes") or r.get("peak_used_bytes")) for r in runs
+            if r.get("batch_size")]
+    fit = fit_batch_memory([(b, m) for b, m in hist if m is not None])
+    last = runs[-1]
+    if fit is None:
+        return []
+    cap = last.get("memory_total_bytes")
+    if cap is None and last.get("gpu_name"):
+        m = find_model(last["gpu_name"], tuple(catalog))
+        cap = m.memory_bytes if m else None
+    if cap is None:
+        return []
+    best = max_batch_size(fit, cap)
+    if best is None or not last.get("batch_size") or best <= last["batch_size"]:
+        return []
+    return [recommendation(
+        "batch_size", f"Batch size up to {best} fits (now {last['batch_size']})",
+        f"memory ≈ {fit.fixed_bytes / 2**30:.2f} GiB + {fit.per_sample_bytes / 2**20:.1f} MiB × batch over "
+        f"{fit.runs} runs; {best} keeps {SAFETY_MARGIN_FRACTION:.0%} of {cap / 2**30:.0f} GiB free",
+        {"fixed_bytes": fit.fixed_bytes, "per_sample_bytes": fit.per_sample_bytes, "r2": fit.r2,
+         "runs": fit.runs, "memory_total_bytes": cap},
+        None)]
+
+
+def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    pts = [(r.get("power_limit_w"), r.get("energy_per_step_j"), r.get("step_time_s")) for r in runs]
+    choice = power_cap_choice([p for p in pts if None not in p])  # type: ignore[misc]
+    if choice is None:
+        return recommendation(
+            "power_cap", "Power cap needs measuring",
+            "the job has not run at two or more power limits; a short sweep (as Zeus does) measures "
+            "energy and time per step at each cap", {"caps_measured": sorted({p[0] for p in pts if p[0]})}, None)
+    return recommendation(
+        "power_cap", f"Cap power at {choice['power_limit_w']:.0f} W",
+        f"least energy per step among caps at most {MAX_SLOWDOWN_FRACTION:.0%} slower than the fastest",
+        choice, {"energy_fraction": choice["energy_saving_fraction"]})

@@ -1,0 +1,121 @@
+"""Time: step-time distribution from hook steps, GPU busy fraction from NVML, the per-layer table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from server.analysis.jobdata import GpuSeries, LayerStat, StepSeries
+
+# Warm-up: leading steps (cuDNN autotuning, allocator growth, compilation) slower than this multiple of
+# the median are excluded from the distribution, but never more than WARMUP_MAX_FRACTION of the steps.
+WARMUP_SLOW_FACTOR = 1.5
+WARMUP_MAX_STEPS = 50
+WARMUP_MAX_FRACTION = 0.1
+
+
+def step_times(steps: StepSeries) -> tuple[np.ndarray, np.ndarray]:
+    """(step index, step wall time) with one value per step: the slowest rank's, since a synchronous
+    data-parallel step ends when its last rank does."""
+    step = np.asarray(steps.step, dtype=np.float64)
+    wall = np.asarray(steps.wall_s, dtype=np.float64)
+    ok = ~np.isnan(step) & ~np.isnan(wall)
+    step, wall = step[ok], wall[ok]
+    if step.size == 0:
+        return step, wall
+    uniq, inv = np.unique(step, return_inverse=True)
+    worst = np.full(uniq.shape, -np.inf)
+    np.maximum.at(worst, inv, wall)
+    return uniq, worst
+
+
+def warmup_count(wall_s: np.ndarray) -> int:
+    """Number of leading steps that are warm-up: the leading run slower than WARMUP_SLOW_FACTOR × median."""
+    n = wall_s.size
+    if n < 5:
+        return 0
+    limit = min(WARMUP_MAX_STEPS, int(n * WARMUP_MAX_FRACTION))
+    med = float(np.median(wall_s))
+    slow = wall_s[:limit] > WARMUP_SLOW_FACTOR * med
+    # Leading run of slow steps only: a slow step later on is a real outlier, not warm-up.
+    not_slow = np.flatnonzero(~slow)
+    return int(not_slow[0]) if not_slow.size else int(limit)
+
+
+def step_stats(steps: StepSeries | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "steps": None, "step_time_s": {"mean": None, "p50": None, "p95": None, "p99": None},
+        "warmup_steps_excluded": 0, "samples": None, "samples_per_s": None, "device_time_fraction": None,
+    }
+    if steps is None or len(steps) == 0:
+        return out
+    idx, wall = step_times(steps)
+    out["steps"] = int(idx.size)
+    if wall.size:
+        k = warmup_count(wall)
+        w = wall[k:]
+        out["warmup_steps_excluded"] = k
+        out["step_time_s"] = {
+            "mean": float(np.mean(w)),
+            "p50": float(np.percentile(w, 50)),
+            "p95": float(np.percentile(w, 95)),
+            "p99": float(np.percentile(w, 99)),
+        }
+    samples = np.asarray(steps.samples, dtype=np.float64)
+    if samples.size and not np.all(np.isnan(samples)):
+        # Each rank reports its local batch: the job processed the sum over (rank, step) rows.
+        out["samples"] = int(np.nansum(samples))
+        total_wall = float(np.sum(wall)) if wall.size else 0.0
+        out["samples_per_s"] = out["samples"] / total_wall if total_wall > 0 else None
+    dev = np.asarray(steps.device_s, dtype=np.float64)
+    wl = np.asarray(steps.wall_s, dtype=np.float64)
+    both = ~np.isnan(dev) & ~np.isnan(wl)
+    if both.any() and float(np.sum(wl[both])) > 0:
+        out["device_time_fraction"] = float(np.sum(dev[both]) / np.sum(wl[both]))
+    return out
+
+
+def busy_fraction(gpus: list[GpuSeries]) -> dict[str, float | None]:
+    """GPU busy fraction = mean NVML utilization.gpu / 100 over all samples of all GPUs.
+
+    NVML defines utilization.gpu as the share of the sample period during which at least one kernel ran,
+    so its mean is the share of time the GPUs were busy. The share of samples with any activity
+    (util > 0) is reported beside it: it overstates a GPU that runs a tiny kernel every period.
+    """
+    utils = [g.column("gpu_util_pct") for g in gpus]
+    u = np.concatenate(utils) if utils else np.empty(0)
+    u = u[~np.isnan(u)]
+    if u.size == 0:
+        return {"gpu_busy_fraction": None, "gpu_active_sample_fraction": None}
+    return {
+        "gpu_busy_fraction": float(np.mean(u) / 100.0),
+        "gpu_active_sample_fraction": float(np.mean(u > 0)),
+    }
+
+
+def layer_table(layers: list[LayerStat], top: int = 50) -> list[dict[str, Any]]:
+    """Aggregate layer stats per module (over steps/ranks), sorted by total time, with time shares."""
+    agg: dict[str, dict[str, Any]] = defaultdict(lambda: {
+        "module_type": None, "forward_s": None, "backward_s": None, "activation_bytes": None, "calls": 0})
+    for ls in layers:
+        a = agg[ls.module]
+        a["module_type"] = a["module_type"] or ls.module_type
+        if ls.forward_s is not None:
+            a["forward_s"] = (a["forward_s"] or 0.0) + ls.forward_s
+        if ls.backward_s is not None:
+            a["backward_s"] = (a["backward_s"] or 0.0) + ls.backward_s
+        if ls.activation_bytes is not None:
+            # Activations of one call are live together; across steps they are not: keep the largest.
+            a["activation_bytes"] = max(a["activation_bytes"] or 0, ls.activation_bytes)
+        a["calls"] += ls.calls
+    rows = []
+    for module, a in agg.items():
+        times = [t for t in (a["forward_s"], a["backward_s"]) if t is not None]
+        rows.append({"module": module, **a, "total_s": sum(times) if times else None})
+    grand = sum(r["total_s"] for r in rows if r["total_s"] is not None)
+    for r in rows:
+        r["time_fraction"] = (r["total_s"] / grand) if (grand > 0 and r["total_s"] is not None) else None
+    rows.sort(key=lambda r: -(r["total_s"] or 0.0))
+    return rows[:top]

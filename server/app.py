@@ -1,0 +1,98 @@
+"""The FastAPI application factory. Engines, caches and the task dispatcher are built in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+
+from server.config import ServerSettings, get_settings
+
+log = logging.getLogger(__name__)
+
+API_DESCRIPTION = """Collector and REST API of fleetprof: ingest of NVML telemetry and framework events, job
+characterization reports, right-sizing and pre-training estimates. Authenticate with `Authorization: Bearer <token>`
+(`fleetprof token create`). Units are in every field name; unknown values are `null`."""
+
+
+def _broker_check(settings: ServerSettings):  # type: ignore[no-untyped-def]
+    if not settings.broker_url:
+        return None
+
+    def check() -> str:
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.broker_url, socket_connect_timeout=1, socket_timeout=1).ping()
+            return "ok"
+        except Exception as exc:  # noqa: BLE001
+            return f"error: {exc.__class__.__name__}"
+
+    return check
+
+
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from server.auth.service import TokenCache
+        from server.db import make_engine, make_sessionmaker
+        from server.dispatch import CeleryDispatcher, Dispatcher, InProcessDispatcher
+        from server.ingest.inventory import InventoryCache
+        from server.ingest.router import InflightLimiter
+
+        engine = make_engine(settings)
+        factory = make_sessionmaker(engine)
+        if settings.embedded:
+            from server.migrate import upgrade
+
+            upgrade(settings)  # embedded mode migrates itself; cluster mode runs `fleetprof db upgrade`
+        if settings.broker_url:
+            from server.worker import create_celery_app
+
+            dispatcher: Dispatcher = CeleryDispatcher(create_celery_app(settings))
+        else:
+            dispatcher = InProcessDispatcher(factory, settings)
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.sessionmaker = factory
+        app.state.dispatcher = dispatcher
+        app.state.token_cache = TokenCache()
+        app.state.inventory_cache = InventoryCache()
+        app.state.ingest_limiter = InflightLimiter(settings.max_inflight_ingest)
+        app.state.broker_check = _broker_check(settings)
+        try:
+            yield
+        finally:
+            dispatcher.close()
+            engine.dispose()
+
+    app = FastAPI(title="fleetprof", version="1.0", description=API_DESCRIPTION, lifespan=lifespan)
+
+    from server.errors import install_error_handlers
+    from server.fleet.router import router as fleet_router
+    from server.health import router as health_router
+    from server.ingest.router import router as ingest_router
+    from server.jobs.router import router as jobs_router
+    from server.metrics import REQUEST_LATENCY
+    from server.nodes.router import router as nodes_router
+
+    install_error_handlers(app)
+    for r in (health_router, ingest_router, jobs_router, nodes_router, fleet_router):
+        app.include_router(r)
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        REQUEST_LATENCY.labels(route=getattr(route, "path", "unmatched")).observe(time.perf_counter() - start)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    return app

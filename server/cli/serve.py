@@ -1,0 +1,20 @@
+"""`fleetprof server`: the collector and REST API under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (cluster mode)")
+    parser.add_argument("--log-level", default="info")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    uvicorn.run("server.app:create_app", factory=True, host=args.host, port=args.port, workers=args.workers,
+                log_level=args.log_level, access_log=False)
+    return 0

@@ -1,0 +1,172 @@
+"""`fleetprof up`: the whole product on one machine.
+
+Embedded default (no FLEETPROF_DATABASE_URL): SQLite under ./.fleetprof/, tasks in-process. With
+FLEETPROF_DATABASE_URL / FLEETPROF_BROKER_URL set, the same code runs on Postgres + Redis + Celery (start
+`fleetprof worker --beat` beside it). Starts the collector, the dashboard, a local agent (real NVML when a GPU is
+present, else a labelled replay of recorded real telemetry) and the periodic sweeps; Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from pathlib import Path
+
+from fleetprof.errors import CliError
+
+log = logging.getLogger("fleetprof.up")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Real telemetry recorded on a real GPU, replayed when this machine has none. The nvidia-smi capture of an
+# H100 under load (idle row, then gpu_burn + memhogs) ships in the repository's test data.
+DEMO_RECORDING = REPO_ROOT / "tests" / "data" / "nvidia-smi-h100-capture.txt"
+DEMO_NODE = "local-replay"
+DEMO_JOB = "demo-replay"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="bind address for API and dashboard")
+    parser.add_argument("--port", type=int, default=8000, help="collector/API port (default 8000)")
+    parser.add_argument("--dashboard-port", type=int, default=8050, help="dashboard port (default 8050)")
+    parser.add_argument("--no-agent", action="store_true", help="do not start a local agent")
+    parser.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard")
+    parser.add_argument("--source", default=None,
+                        help="agent source: nvml, or replay:FILE (default: nvml if a GPU is present, else a replay)")
+
+
+def _gpu_present() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "replay"
+        return False
+
+
+def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyped-def]
+    """Embedded mode's beat: rollups and due characterizations, in-process."""
+    from server.db import make_engine, make_sessionmaker, session_scope
+    from server.fleet.service import rollup_hours
+    from server.jobs.report_service import characterize_job_pk, jobs_due
+
+    engine = make_engine(settings)
+    factory = make_sessionmaker(engine)
+    while not stop.wait(min(30.0, settings.characterize_running_every_s)):
+        try:
+            now = time.time()
+            with session_scope(factory) as session:
+                rollup_hours(session, since=now - 2 * 3600, until=now)
+                due = jobs_due(session, every_s=settings.characterize_running_every_s)
+            for job_pk in due:
+                characterize_job_pk(factory, job_pk, settings)
+        except Exception:  # noqa: BLE001 - a failed sweep is retried at the next tick
+            log.exception("periodic sweep failed")
+    engine.dispose()
+
+
+def _register_demo_job(base_url: str, token: str, recording: Path) -> None:
+    from agent.recordings import read_recording
+    from agent.transport import Transport
+
+    rec = read_recording(recording)
+    with Transport(base_url, token) as t:
+        t.post_json("/api/v1/jobs", {"job_id": DEMO_JOB, "team": "demo", "state": "running", "started_at": time.time(),
+                                     "name": f"replay of {recording.name} (recorded real telemetry, not live)",
+                                     "node": DEMO_NODE, "gpu_uuids": [g.uuid for g in rec.gpus],
+                                     "metadata": {"replay": True}})
+
+
+def _wait_ready(url: str, timeout_s: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise CliError(f"collector did not become healthy at {url}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.app import create_app
+    from server.cli.token import create_token_now
+    from server.config import get_settings
+    from server.migrate import upgrade
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = get_settings()
+    upgrade(settings)
+    operator_token = create_token_now("operator", description="fleetprof up")
+    agent_token = create_token_now("agent", node="*", description="fleetprof up local agent")
+    base_url = f"http://{args.host}:{args.port}"
+
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port, log_level="warning",
+                                           access_log=False))
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start(target, *a, name: str) -> None:  # type: ignore[no-untyped-def]
+        t = threading.Thread(target=target, args=a, name=name, daemon=True)
+        t.start()
+        threads.append(t)
+
+    server_thread = threading.Thread(target=server.run, name="collector", daemon=True)
+    server_thread.start()
+    _wait_ready(base_url)
+    if settings.embedded:
+        start(_periodic, stop, settings, name="periodic")
+
+    lines = [f"fleetprof is up ({'embedded: SQLite under ' + str(settings.data_dir) if settings.embedded else 'postgres'})",
+             f"  API:        {base_url}   (OpenAPI docs: {base_url}/docs)"]
+    if not args.no_dashboard:
+        try:
+            from dashboard.server import serve_dashboard
+        except ImportError:
+            lines.append("  dashboard:  not available in this install")
+        else:
+            start(serve_dashboard, args.host, args.dashboard_port, base_url, operator_token, stop, name="dashboard")
+            lines.append(f"  dashboard:  http://{args.host}:{args.dashboard_port}/?token={operator_token}")
+    if not args.no_agent:
+        source = args.source or ("nvml" if _gpu_present() else f"replay:{DEMO_RECORDING}")
+        try:
+            from agent.config import load_settings
+            from agent.daemon import run_agent
+        except ImportError:
+            lines.append("  agent:      not available in this install")
+        else:
+            agent_settings = load_settings(server_url=base_url, token=agent_token,
+                                           spool_dir=settings.data_dir / "spool",
+                                           node_name=DEMO_NODE if source.startswith("replay:") else None)
+            if source.startswith("replay:"):
+                _register_demo_job(base_url, operator_token, Path(source.split(":", 1)[1]))
+                lines.append(f"  agent:      REPLAY of recorded real telemetry ({source[7:]}), node {DEMO_NODE!r} "
+                             f"— not live NVML")
+            else:
+                lines.append("  agent:      live NVML on this machine")
+            start(lambda: run_agent(agent_settings, source=source, stop=stop), name="agent")
+    lines.append(f"  operator token: {operator_token}")
+    print("\n".join(lines), flush=True)
+    try:
+        while server_thread.is_alive():
+            server_thread.join(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        server.should_exit = True
+        for t in threads:
+            t.join(timeout=10)
+        server_thread.join(timeout=10)
+    print("fleetprof stopped", flush=True)
+    return 0

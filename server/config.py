@@ -1,0 +1,60 @@
+"""Server-side settings (collector, REST API, workers). Env prefix `FLEETPROF_`; nothing else reads os.environ."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EMBEDDED_DIR = Path(".fleetprof")
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPROF_", extra="ignore")
+
+    # Unset = embedded mode: SQLite under ./.fleetprof/ and tasks run in-process.
+    database_url: str | None = None
+    broker_url: str | None = None
+    # Celery queue and Redis key prefix: lets several deployments (or test sessions) share one Redis.
+    queue_name: str = "fleetprof"
+    data_dir: Path = EMBEDDED_DIR
+    environment: str = "development"
+
+    max_body_bytes: int = 16 * 1024 * 1024          # compressed request body
+    max_decompressed_bytes: int = 128 * 1024 * 1024  # after gunzip (zip-bomb guard)
+    max_trace_bytes: int = 512 * 1024 * 1024         # decompressed trace JSON
+    max_future_skew_s: float = 86_400.0              # samples from further in the future are rejected
+    max_inflight_ingest: int = 64                    # concurrent ingest requests before 503 + Retry-After
+
+    characterize_running_every_s: float = 60.0
+    grid_intensity_g_per_kwh: float = 400.0
+    pue: float = 1.2
+    price_per_kwh_usd: float = 0.12
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            url = self.database_url
+            return url.replace("postgres://", "postgresql+psycopg2://", 1) if url.startswith("postgres://") else url
+        return f"sqlite:///{(self.data_dir / 'fleetprof.db').resolve()}"
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_production(self) -> ServerSettings:
+        if self.environment == "production" and self.embedded:
+            raise ValueError("FLEETPROF_DATABASE_URL must be set when FLEETPROF_ENVIRONMENT=production")
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> ServerSettings:
+    return ServerSettings()

@@ -1,0 +1,53 @@
+"""Engine and session factories. Built by the app's lifespan or the worker after fork, never at import."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from server.config import ServerSettings
+
+
+def make_engine(settings: ServerSettings) -> Engine:
+    url = settings.sqlalchemy_url
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            # WAL lets the dashboard read while ingest writes; foreign keys are off by default in SQLite.
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A unit of work for tasks and CLI commands: commit on success, roll back on error."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def is_postgres(engine_or_session: Engine | Session) -> bool:
+    bind = engine_or_session.get_bind() if isinstance(engine_or_session, Session) else engine_or_session
+    return bind.dialect.name == "postgresql"

@@ -1,0 +1,66 @@
+"""FastAPI dependencies, declared once as Annotated aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from server.auth.service import Principal, authenticate, require_scope
+from server.config import ServerSettings
+from server.dispatch import Dispatcher
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request; the request boundary commits (services only flush)."""
+    session: Session = request.app.state.sessionmaker()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def get_settings_dep(request: Request) -> ServerSettings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[ServerSettings, Depends(get_settings_dep)]
+
+
+def get_dispatcher(request: Request) -> Dispatcher:
+    return request.app.state.dispatcher
+
+
+DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
+
+
+def get_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    # A short-lived session of its own: authentication must not hold the request's transaction open.
+    with request.app.state.sessionmaker() as session:
+        return authenticate(session, authorization, request.app.state.token_cache)
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def _scoped(*scopes: str):  # type: ignore[no-untyped-def]
+    def dep(principal: PrincipalDep) -> Principal:
+        return require_scope(principal, *scopes)
+
+    return Depends(dep)
+
+
+AgentAuth = Annotated[Principal, _scoped("agent")]
+EventWriterAuth = Annotated[Principal, _scoped("agent", "team")]
+JobReaderAuth = Annotated[Principal, _scoped("team", "scheduler")]
+SchedulerAuth = Annotated[Principal, _scoped("team", "scheduler")]
+OperatorAuth = Annotated[Principal, _scoped()]

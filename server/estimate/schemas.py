@@ -1,0 +1,116 @@
+"""Request and response of the pre-training estimate (`POST /api/v1/estimate`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_BATCH_SIZE = 10_000_000  # beyond this a request is refused as absurd, not traced
+
+Optimizer = Literal["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop"]
+Precision = Literal["fp32", "amp_fp16", "amp_bf16"]
+InputDtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "bool"]
+
+
+class ModelSpec(BaseModel):
+    """Either an importable factory (`module:function` + kwargs) or a Hugging Face config (name or dict)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    factory: str | None = Field(None, description="'package.module:function' returning an nn.Module")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
+    hf_config: str | dict[str, Any] | None = Field(
+        None, description="a transformers model_type ('gpt2') or a config dict with 'model_type'"
+    )
+    hf_task: Literal["auto", "causal_lm", "masked_lm", "seq2seq_lm", "image_classification", "base"] = "auto"
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.factory is None) == (self.hf_config is None):
+            raise ValueError("give exactly one of 'factory' or 'hf_config'")
+        return self
+
+
+class InputSpec(BaseModel):
+    """One model input; `shape` excludes the batch dimension. Integer inputs are drawn in [low, high)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="keyword name; positional when omitted")
+    shape: list[int]
+    dtype: InputDtype = "float32"
+    low: int = 0
+    high: int = 2
+
+
+class EstimateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSpec
+    inputs: list[InputSpec] = Field(
+        default_factory=list, description="for factory models; HF models derive inputs from seq_len / config"
+    )
+    seq_len: int | None = Field(None, ge=1, le=1_000_000, description="token sequence length for HF text models")
+    target: Literal["auto", "class_index", "none"] = Field(
+        "auto", description="loss: HF models use their own labels; tensors (N, C) get cross-entropy, else mean()"
+    )
+    batch_size: int = Field(..., ge=1, description="per micro-batch, per GPU")
+    optimizer: Optimizer = "adamw"
+    optimizer_impl: Literal["foreach", "for_loop"] = Field(
+        "foreach", description="foreach is PyTorch's default on CUDA (extra transient lists during step())"
+    )
+    precision: Precision = "fp32"
+    grad_accumulation: int = Field(1, ge=1, le=100_000)
+    activation_checkpointing: bool = False
+    gpu_types: list[str] | None = Field(None, description="catalogue names; default: the whole catalogue")
+    search_max_batch: bool = True
+
+    @model_validator(mode="after")
+    def _sane(self) -> EstimateRequest:
+        if self.gpu_types is not None and not self.gpu_types:
+            raise ValueError("gpu_types must not be empty (omit it for the whole catalogue)")
+        return self
+
+
+class RooflineEstimate(BaseModel):
+    time_per_step_s: float
+    time_per_step_low_s: float
+    time_per_step_high_s: float
+    compute_bound_fraction: float
+    energy_per_step_j: float
+    energy_per_step_low_j: float
+    energy_per_step_high_j: float
+
+
+class GpuFit(BaseModel):
+    gpu: str
+    memory_total_bytes: int
+    context_bytes: int
+    device_total_bytes: int = Field(description="peak reserved + CUDA context: what NVML would show")
+    fits: bool
+    headroom_bytes: int = Field(description="memory_total - device_total (negative when it does not fit)")
+    max_batch_size: int | None = Field(description="largest micro-batch that fits; null when not searched")
+    max_batch_size_exact: bool = Field(description="false when the search hit its time bound (lower bound)")
+    roofline: RooflineEstimate
+    calibration_source: str
+
+
+class EstimateResponse(BaseModel):
+    model_name: str
+    parameter_count: int
+    parameter_bytes: int
+    batch_size: int
+    precision: Precision
+    optimizer: Optimizer
+    peak_requested_bytes: int = Field(description="sum of live tensor sizes at the peak, unrounded")
+    peak_allocated_bytes: int = Field(description="caching allocator: rounded block sizes (max_memory_allocated)")
+    peak_reserved_bytes: int = Field(description="caching allocator segments (max_memory_reserved)")
+    workspace_bytes: int = Field(description="cuBLAS workspace included in allocated/reserved")
+    allocations: int
+    flops_per_step: float
+    bytes_moved_per_step: float
+    gpus: list[GpuFit]
+    assumptions: list[str]
+    elapsed_s: float

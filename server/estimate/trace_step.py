@@ -1,0 +1,84 @@
+"""Run the training step of a request on `meta` under the recorder; the CPU twin for validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from server.estimate.emulation import CudaStepEmulation
+from server.estimate.errors import InputMismatchError
+from server.estimate.models import ResolvedModel, enable_checkpointing
+from server.estimate.step import Batch, make_optimizer, train_steps
+from server.estimate.tracer import StorageRecorder, Trace
+
+AUTOCAST_DTYPES = {"fp32": None, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+TRACED_STEPS = 2  # the second step runs with optimizer state allocated: that is the steady state
+MAX_TRACED_MICRO_BATCHES = 2  # accumulation repeats the second micro-batch's pattern exactly
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    optimizer: str = "adamw"
+    optimizer_impl: str = "foreach"
+    precision: str = "fp32"
+    grad_accumulation: int = 1
+    activation_checkpointing: bool = False
+
+    @property
+    def traced_micro_batches(self) -> int:
+        return min(self.grad_accumulation, MAX_TRACED_MICRO_BATCHES)
+
+
+@dataclass
+class StepTrace:
+    trace: Trace
+    marks: dict[str, tuple[int, int]]  # mark -> (event index, op index)
+    parameter_count: int
+    parameter_bytes: int
+
+
+def prepare(resolved: ResolvedModel, settings: StepSettings, batch_size: int, device: torch.device) -> tuple[
+    torch.nn.Module, Batch, torch.optim.Optimizer, CudaStepEmulation
+]:
+    model = resolved.build(device)
+    if settings.activation_checkpointing:
+        enable_checkpointing(model, resolved.hf)
+    batch = resolved.make_batch(batch_size, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(settings.optimizer, params, settings.optimizer_impl)
+    return model, batch, optimizer, CudaStepEmulation(AUTOCAST_DTYPES[settings.precision])
+
+
+def baseline_tensors(model: torch.nn.Module, batch: Batch) -> list[torch.Tensor]:
+    return [*model.parameters(), *model.buffers(), *batch.tensors()]
+
+
+def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int) -> StepTrace:
+    meta = torch.device("meta")
+    model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, meta)
+    params = list(model.parameters())
+    recorder = StorageRecorder()
+    recorder.register(baseline_tensors(model, batch))
+    marks: dict[str, tuple[int, int]] = {}
+
+    def mark(name: str) -> None:
+        marks[name] = (len(recorder.trace.events), len(recorder.trace.ops))
+
+    try:
+        with recorder:
+            train_steps(
+                model, batch, optimizer, emulation,
+                steps=TRACED_STEPS, micro_batches=settings.traced_micro_batches, mark=mark,
+            )
+    except Exception as exc:  # the model's own code raised: shapes, dtypes, an op meta cannot run
+        raise InputMismatchError(
+            f"the training step failed for batch size {batch_size}: {type(exc).__name__}: {str(exc)[:500]}"
+        ) from exc
+    finally:
+        recorder.close()
+    return StepTrace(
+        recorder.trace, marks,
+        parameter_count=sum(p.numel() for p in params),
+        parameter_bytes=sum(p.numel() * p.element_size() for p in params),
+    )

@@ -1,0 +1,110 @@
+"""Record every storage a training step allocates, in order, with its size and lifetime.
+
+A `TorchDispatchMode` sees each aten op below autograd; every output storage not seen before is a new
+allocation. A weakref on the untyped storage (PyTorch keeps one Python object per live StorageImpl) fires
+when the storage dies, which is exactly when the CUDA caching allocator would get the block back. Storages
+that exist before the step (parameters, buffers, inputs) are registered first, as the baseline.
+
+Allocations made *inside* a kernel (cuDNN/cuBLAS workspaces) are invisible here; the cuBLAS workspace is
+added from the calibration table, see `calibration.py`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from server.estimate.roofline import OpCost, op_cost
+
+_aten = torch.ops.aten
+_NO_COST = {_aten.empty.memory_format, _aten.empty_strided.default, _aten.detach.default, _aten.lift_fresh.default}
+
+
+@dataclass
+class Trace:
+    """`events[i] = (storage_id, nbytes)`: nbytes > 0 allocates, < 0 frees. Baseline allocations come first."""
+
+    events: list[tuple[int, int]] = field(default_factory=list)
+    baseline_events: int = 0
+    ops: list[OpCost] = field(default_factory=list)
+
+    @property
+    def allocations(self) -> int:
+        return sum(1 for _, n in self.events if n > 0)
+
+    def peak_requested_bytes(self) -> int:
+        """Max over time of the sum of live storage sizes (what a non-caching allocator would peak at)."""
+        live = peak = 0
+        for _, nbytes in self.events:
+            live += nbytes
+            peak = max(peak, live)
+        return peak
+
+
+class StorageRecorder(TorchDispatchMode):
+    """Appends to `trace` while active; `close()` stops recording frees that happen after the step."""
+
+    def __init__(self, trace: Trace | None = None, count_ops: bool = True) -> None:
+        super().__init__()
+        self.trace = trace or Trace()
+        self.count_ops = count_ops
+        self._live: dict[int, tuple[int, int]] = {}  # id(storage) -> (storage id, nbytes)
+        self._refs: dict[int, weakref.ref] = {}
+        self._next_id = 0
+        self._open = True
+
+    def register(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Storages that exist before the step: parameters, buffers, inputs (deduplicated, tied weights once)."""
+        for t in tensors:
+            self._track(t.untyped_storage())
+        self.trace.baseline_events = len(self.trace.events)
+
+    def close(self) -> None:
+        self._open = False
+
+    def _track(self, storage: torch.UntypedStorage) -> bool:
+        key = id(storage)
+        nbytes = storage.nbytes()
+        known = self._live.get(key)
+        if known is not None:
+            if known[1] == nbytes:
+                return False
+            # resize_ / set_ changed the size in place: the allocator frees and allocates
+            self._release(key, known[0], known[1])
+        if nbytes == 0:
+            return False
+        sid = self._next_id
+        self._next_id += 1
+        self._live[key] = (sid, nbytes)
+        self.trace.events.append((sid, nbytes))
+        self._refs[sid] = weakref.ref(storage, lambda _r, key=key, sid=sid, n=nbytes: self._on_free(key, sid, n))
+        return True
+
+    def _on_free(self, key: int, sid: int, nbytes: int) -> None:
+        self._refs.pop(sid, None)
+        if self._live.get(key, (None,))[0] == sid:
+            self._release(key, sid, nbytes)
+
+    def _release(self, key: int, sid: int, nbytes: int) -> None:
+        del self._live[key]
+        if self._open:
+            self.trace.events.append((sid, -nbytes))
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        new = False
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                new |= self._track(t.untyped_storage())
+        if self.count_ops and func not in _NO_COST and (new or func._schema.is_mutable):
+            cost = op_cost(func, args, kwargs, out)
+            if cost is not None:
+                self.trace.ops.append(cost)
+        return out

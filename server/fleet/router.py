@@ -1,0 +1,34 @@
+"""GET /api/v1/fleet/summary (operators)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from server.deps import OperatorAuth, SessionDep
+from server.errors import InvalidInput
+from server.fleet import service as fleet_service
+
+router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
+
+_WINDOW = re.compile(r"^(\d+)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_window(window: str) -> float:
+    m = _WINDOW.match(window)
+    if not m or int(m.group(1)) == 0:
+        raise InvalidInput(f"window {window!r} must look like 30m, 24h or 7d")
+    seconds = int(m.group(1)) * _UNIT_S[m.group(2)]
+    if seconds > 400 * 86400:
+        raise InvalidInput("window longer than 400 days")
+    return float(seconds)
+
+
+@router.get("/summary", summary="Fleet efficiency over a window: GPU-hours, busy share, idle GPUs, energy, waste")
+def fleet_summary(_: OperatorAuth, session: SessionDep,
+                  window: str = Query("24h", description="e.g. 30m, 24h, 7d")) -> dict[str, Any]:
+    return fleet_service.summary(session, window_s=parse_window(window), now=time.time())

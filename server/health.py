@@ -1,0 +1,45 @@
+"""/healthz (liveness), /readyz (database and broker reachable), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+
+from server.metrics import REGISTRY
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: database and broker reachable",
+            responses={503: {"description": "a dependency is down"}})
+def readyz(request: Request) -> JSONResponse:
+    checks: dict[str, str] = {}
+    try:
+        with request.app.state.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+        checks["database"] = f"error: {exc.__class__.__name__}"
+    broker = request.app.state.broker_check
+    if broker is not None:
+        checks["broker"] = broker()
+    ok = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503,
+                        headers=None if ok else {"Retry-After": "5"})
+
+
+@router.get("/metrics", summary="Prometheus metrics (service + DCGM-compatible fleet gauges)",
+            response_class=Response)
+def metrics(request: Request) -> Response:
+    from server.fleet.prometheus import fleet_gauges_text
+
+    body = generate_latest(REGISTRY).decode() + fleet_gauges_text(request.app.state.sessionmaker)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,119 @@
+"""Nodes and GPUs: upserts from agent batches and job registrations, with an in-process id cache.
+
+Agents send their inventory with every batch; writing it every time would cost a round trip per batch,
+so unchanged inventory is only refreshed (last_seen) every `refresh_s`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agent.protocol import GpuInfo, NodeInfo
+from server.models import Gpu, Node
+from server.models.base import utcnow
+
+
+@dataclass
+class _NodeEntry:
+    node_id: int
+    gpu_ids: dict[str, int]
+    fingerprint: int
+    refreshed_at: float
+
+
+class InventoryCache:
+    def __init__(self, refresh_s: float = 10.0):
+        self.refresh_s = refresh_s
+        self._nodes: dict[str, _NodeEntry] = {}
+        self._lock = threading.Lock()
+
+    def get(self, node: str) -> _NodeEntry | None:
+        with self._lock:
+            return self._nodes.get(node)
+
+    def put(self, node: str, entry: _NodeEntry) -> None:
+        with self._lock:
+            self._nodes[node] = entry
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._nodes.pop(node, None)
+
+
+def _get_or_create_node(session: Session, name: str) -> Node:
+    node = session.scalars(select(Node).where(Node.name == name)).first()
+    if node is None:
+        node = Node(name=name, dropped_samples_total=0)
+        session.add(node)
+        session.flush()
+    return node
+
+
+def _apply_gpu(gpu: Gpu, info: GpuInfo) -> None:
+    gpu.index = info.index
+    gpu.name = info.name
+    gpu.memory_total_bytes = info.memory_total_bytes
+    gpu.pci_bus_id = info.pci_bus_id
+    gpu.mig_parent_uuid = info.mig_parent_uuid
+    gpu.power_source = info.power_source
+    gpu.power_limit_w = info.power_limit_w
+
+
+def sync_node(session: Session, cache: InventoryCache, *, node: str, agent_id: str, source: str,
+              node_info: NodeInfo | None, gpus: list[GpuInfo], dropped_samples_total: int,
+              clock_skew_s: float | None, healthy: dict[str, bool]) -> dict[str, int]:
+    """Record the node's inventory; return GPU uuid -> id for every GPU the node has reported."""
+    fingerprint = hash((agent_id, source, node_info.model_dump_json() if node_info else None,
+                        tuple(g.model_dump_json() for g in gpus), dropped_samples_total,
+                        tuple(sorted(healthy.items()))))
+    entry = cache.get(node)
+    now_mono = time.monotonic()
+    if (entry is not None and entry.fingerprint == fingerprint and now_mono - entry.refreshed_at < cache.refresh_s
+            and all(g.uuid in entry.gpu_ids for g in gpus)):
+        return entry.gpu_ids
+
+    now = utcnow()
+    row = _get_or_create_node(session, node)
+    row.last_agent_id = agent_id
+    row.last_source = source
+    row.last_seen_at = now
+    row.dropped_samples_total = max(row.dropped_samples_total or 0, dropped_samples_total)
+    row.clock_skew_s = clock_skew_s
+    if node_info is not None:
+        row.hostname = node_info.hostname or row.hostname
+        row.driver_version = node_info.driver_version or row.driver_version
+        row.cuda_version = node_info.cuda_version or row.cuda_version
+        row.nvml_version = node_info.nvml_version or row.nvml_version
+    existing = {g.uuid: g for g in session.scalars(select(Gpu).where(Gpu.node_id == row.id))}
+    for info in gpus:
+        gpu = existing.get(info.uuid)
+        if gpu is None:
+            gpu = Gpu(node_id=row.id, uuid=info.uuid, healthy=True)
+            session.add(gpu)
+            existing[info.uuid] = gpu
+        _apply_gpu(gpu, info)
+        gpu.last_seen_at = now
+        if info.uuid in healthy:
+            gpu.healthy = healthy[info.uuid]
+    session.flush()
+    ids = {uuid: g.id for uuid, g in existing.items()}
+    cache.put(node, _NodeEntry(row.id, ids, fingerprint, now_mono))
+    return ids
+
+
+def ensure_gpus(session: Session, *, node: str, uuids: list[str]) -> dict[str, int]:
+    """GPU rows for a job registered before its node's agent reported (placeholders until it does)."""
+    row = _get_or_create_node(session, node)
+    existing = {g.uuid: g for g in session.scalars(select(Gpu).where(Gpu.node_id == row.id))}
+    for i, uuid in enumerate(uuids):
+        if uuid not in existing:
+            gpu = Gpu(node_id=row.id, uuid=uuid, index=i, name="unknown", healthy=True)
+            session.add(gpu)
+            existing[uuid] = gpu
+    session.flush()
+    return {u: existing[u].id for u in uuids}

@@ -1,0 +1,171 @@
+"""Ingest of agent sample batches and framework event batches: validate, de-duplicate, bulk-write.
+
+Every batch is one transaction: the idempotency row, the inventory, and the rows commit together, and the
+request is acknowledged only after that commit (the request boundary commits). A batch seen before is
+acknowledged as a duplicate and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from agent.protocol import (
+    SAMPLE_FIELDS, EventBatch, JobEndEvent, JobStartEvent, LayerEvent, OomEvent, SampleBatch, StepEvent,
+)
+from server.auth.service import Principal, require_node
+from server.db import is_postgres
+from server.errors import InvalidInput
+from server.ingest.bulk import insert_ignore
+from server.ingest.inventory import InventoryCache, sync_node
+from server.jobs import service as job_service
+from server.models import GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, ProcessSample
+from server.models.base import from_epoch, utcnow
+
+log = logging.getLogger(__name__)
+
+SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicate: bool
+    jobs_ended: tuple[int, ...] = ()
+
+
+def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
+    return pg_insert if is_postgres(session) else sqlite_insert
+
+
+def _claim_batch(session: Session, *, kind: str, source_id: str, seq: int, rows: int) -> bool:
+    """Insert the idempotency row; False when this (kind, source, seq) was committed before."""
+    ins = _dialect_insert(session)
+    stmt = ins(IngestBatch).values(kind=kind, source_id=source_id, seq=seq, rows=rows, received_at=utcnow())
+    result = session.execute(stmt.on_conflict_do_nothing())
+    return result.rowcount == 1
+
+
+def check_timestamps(ts: list[float], *, now: float, max_future_skew_s: float, what: str) -> None:
+    if ts and max(ts) > now + max_future_skew_s:
+        raise InvalidInput(f"{what}: timestamp {max(ts):.3f} is more than {max_future_skew_s:.0f} s in the future "
+                           f"(server time {now:.3f}); check the node's clock")
+
+
+def ingest_samples(session: Session, batch: SampleBatch, *, principal: Principal, cache: InventoryCache,
+                   now: float, max_future_skew_s: float) -> IngestResult:
+    require_node(principal, batch.node)
+    cols = batch.samples
+    check_timestamps(cols.ts, now=now, max_future_skew_s=max_future_skew_s, what="samples")
+    if batch.processes is not None:
+        check_timestamps(batch.processes.ts, now=now, max_future_skew_s=max_future_skew_s, what="processes")
+    if not _claim_batch(session, kind="samples", source_id=batch.agent_id, seq=batch.seq, rows=len(cols)):
+        return IngestResult(0, True)
+
+    healthy: dict[str, bool] = {}
+    if cols.healthy is not None:
+        for uuid, ok in zip(cols.gpu_uuid, cols.healthy):
+            healthy[uuid] = ok  # the last value in the batch wins
+    try:
+        gpu_ids = sync_node(session, cache, node=batch.node, agent_id=batch.agent_id, source=batch.source,
+                            node_info=batch.node_info, gpus=batch.gpus,
+                            dropped_samples_total=batch.dropped_samples_total, clock_skew_s=batch.clock_skew_s,
+                            healthy=healthy)
+        unknown = {u for u in cols.gpu_uuid if u not in gpu_ids}
+        if batch.processes is not None:
+            unknown |= {u for u in batch.processes.gpu_uuid if u not in gpu_ids}
+        if unknown:
+            raise InvalidInput(f"samples for GPU(s) {sorted(unknown)} that node {batch.node!r} has not reported "
+                               f"in `gpus`")
+
+        names = ["gpu_id", "ts"]
+        columns: list[list[object]] = [[gpu_ids[u] for u in cols.gpu_uuid], cols.ts]
+        if cols.healthy is not None:
+            names.append("healthy")
+            columns.append(cols.healthy)  # type: ignore[arg-type]
+        for name in SAMPLE_COLUMNS:
+            col = getattr(cols, name)
+            if col is not None:
+                names.append(name)
+                columns.append(col)
+        stored = insert_ignore(session, GpuSample.__table__, names, columns)
+
+        if batch.processes is not None and batch.processes.ts:
+            _ingest_processes(session, batch, gpu_ids)
+    except BaseException:
+        cache.forget(batch.node)  # the cached ids may name rows this rolled-back transaction created
+        raise
+    return IngestResult(stored, False)
+
+
+def _ingest_processes(session: Session, batch: SampleBatch, gpu_ids: dict[str, int]) -> None:
+    p = batch.processes
+    assert p is not None
+    gpu_col = [gpu_ids[u] for u in p.gpu_uuid]
+    attribution = p.attribution if p.attribution is not None else [None] * len(p.ts)
+    insert_ignore(session, ProcessSample.__table__,
+                  ["gpu_id", "ts", "pid", "used_memory_bytes", "job_id", "attribution"],
+                  [gpu_col, p.ts, p.pid, p.used_memory_bytes, p.job_id, attribution])
+    # Attribution over time: extend each (job, GPU) interval to cover what this batch saw.
+    seen: dict[tuple[str, int], tuple[float, float]] = {}
+    for job_id, gpu_id, ts in zip(p.job_id, gpu_col, p.ts):
+        if job_id is None:
+            continue
+        lo, hi = seen.get((job_id, gpu_id), (ts, ts))
+        seen[(job_id, gpu_id)] = (min(lo, ts), max(hi, ts))
+    for (job_id, gpu_id), (lo, hi) in seen.items():
+        job = job_service.get_or_create_observed(session, job_id=job_id, node=batch.node, seen_at=lo)
+        link = session.scalars(select(JobGpu).where(JobGpu.job_pk == job.id, JobGpu.gpu_id == gpu_id)).first()
+        if link is None:
+            session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, first_seen_at=from_epoch(lo), last_seen_at=from_epoch(hi),
+                               source="process"))
+        elif link.source == "process":
+            link.first_seen_at = min(link.first_seen_at or from_epoch(lo), from_epoch(lo))  # type: ignore[type-var]
+            link.last_seen_at = max(link.last_seen_at or from_epoch(hi), from_epoch(hi))  # type: ignore[type-var]
+
+
+def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, now: float,
+                  max_future_skew_s: float) -> IngestResult:
+    check_timestamps([e.ts for e in batch.events], now=now, max_future_skew_s=max_future_skew_s, what="events")
+    # Authorise every job first, so that a batch naming another team's job changes nothing.
+    jobs = {}
+    for job_id in dict.fromkeys(e.job_id for e in batch.events):
+        jobs[job_id] = job_service.get_writable_job(session, job_id=job_id, principal=principal)
+    if not _claim_batch(session, kind="events", source_id=batch.source_id, seq=batch.seq, rows=len(batch.events)):
+        return IngestResult(0, True)
+
+    ins = _dialect_insert(session)
+    step_rows, layer_rows = [], []
+    ended: list[int] = []
+    for ev in batch.events:
+        job = jobs[ev.job_id]
+        if isinstance(ev, StepEvent):
+            step_rows.append(dict(job_pk=job.id, rank=ev.rank, step=ev.step, ts=from_epoch(ev.ts), wall_s=ev.wall_s,
+                                  device_s=ev.device_s, samples=ev.samples,
+                                  allocated_peak_bytes=ev.allocated_peak_bytes,
+                                  reserved_peak_bytes=ev.reserved_peak_bytes, memory_source=ev.memory_source))
+        elif isinstance(ev, LayerEvent):
+            layer_rows.append(dict(job_pk=job.id, rank=ev.rank, step=ev.step, module=ev.module,
+                                   module_type=ev.module_type, forward_s=ev.forward_s, backward_s=ev.backward_s,
+                                   activation_bytes=ev.activation_bytes, calls=ev.calls))
+        else:
+            data = ev.model_dump(exclude={"kind", "job_id", "ts", "rank"}, exclude_none=True)
+            session.add(JobEvent(job_pk=job.id, kind=ev.kind, ts=from_epoch(ev.ts), rank=ev.rank, data=data))
+            if isinstance(ev, JobStartEvent):
+                job_service.mark_started(job, ts=ev.ts, host=ev.host, framework=ev.framework)
+            elif isinstance(ev, JobEndEvent):
+                if job_service.mark_ended(job, ts=ev.ts, exit_code=ev.exit_code, state=ev.state):
+                    ended.append(job.id)
+            elif isinstance(ev, OomEvent):
+                job.extra = {**(job.extra or {}), "oom_seen": True}
+    if step_rows:
+        session.execute(ins(JobStep).on_conflict_do_nothing(), step_rows)
+    if layer_rows:
+        session.execute(ins(LayerStat).on_conflict_do_nothing(), layer_rows)
+    session.flush()
+    return IngestResult(len(batch.events), False, tuple(ended))

@@ -1,0 +1,171 @@
+"""Loading a job's data from the database into the pure analyzers' `JobData`, and caching the report.
+
+The analysis itself lives in `server.analysis` (pure, no database). This module only reads and writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+import numpy as np
+from sqlalchemy import func, literal_column, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from agent.protocol import SAMPLE_FIELDS
+from server.analysis import characterize as characterize_mod
+from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, StepSeries
+from server.config import ServerSettings
+from server.db import is_postgres, session_scope
+from server.models import TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, Report, Trace
+from server.models.base import from_epoch, to_epoch, utcnow
+
+log = logging.getLogger(__name__)
+
+SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
+# Samples may reach the server after the job ended (an agent's spool draining after an outage): a report
+# computed within this window after the end is not final, and is recomputed when asked for.
+LATE_DATA_WINDOW = timedelta(minutes=5)
+
+
+def _epoch_col(session: Session, column):  # type: ignore[no-untyped-def]
+    """A timestamp column as float seconds since epoch, per dialect."""
+    if is_postgres(session):
+        return literal_column(f"extract(epoch from {column.name})::float8")
+    return (func.julianday(column) - 2440587.5) * 86400.0
+
+
+def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[Gpu, datetime, datetime]]:
+    """Each GPU of the job with the time window its telemetry belongs to the job."""
+    out = []
+    links = session.execute(
+        select(JobGpu, Gpu).join(Gpu, Gpu.id == JobGpu.gpu_id).where(JobGpu.job_pk == job.id).order_by(Gpu.index)
+    ).all()
+    for link, gpu in links:
+        start = job.started_at or link.first_seen_at
+        end = job.ended_at or (link.last_seen_at if job.state in TERMINAL_STATES else now)
+        if link.source == "process" and job.started_at is None and link.first_seen_at is not None:
+            start = link.first_seen_at
+        if start is None or end is None:
+            continue
+        out.append((gpu, start, end))
+    return out
+
+
+def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
+                    columns: tuple[str, ...] = SAMPLE_COLUMNS) -> GpuSeries:
+    table = GpuSample.__table__
+    stmt = (select(_epoch_col(session, table.c.ts), *(table.c[c] for c in columns))
+            .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))
+    rows = session.execute(stmt).all()
+    data = np.array(rows, dtype=np.float64) if rows else np.empty((0, len(columns) + 1))
+    return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
+                     columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source)
+
+
+def _load_steps(session: Session, job: Job) -> StepSeries | None:
+    rows = session.execute(
+        select(JobStep.rank, JobStep.step, _epoch_col(session, JobStep.__table__.c.ts), JobStep.wall_s,
+               JobStep.device_s, JobStep.samples, JobStep.allocated_peak_bytes, JobStep.reserved_peak_bytes)
+        .where(JobStep.job_pk == job.id).order_by(JobStep.rank, JobStep.step)
+    ).all()
+    if not rows:
+        return None
+    a = np.array(rows, dtype=np.float64)
+    source = session.scalar(select(JobStep.memory_source).where(JobStep.job_pk == job.id,
+                                                                JobStep.memory_source.is_not(None)).limit(1))
+    return StepSeries(rank=a[:, 0].astype(np.int64), step=a[:, 1].astype(np.int64), ts=a[:, 2], wall_s=a[:, 3],
+                      device_s=a[:, 4], samples=a[:, 5], allocated_peak_bytes=a[:, 6], reserved_peak_bytes=a[:, 7],
+                      memory_source=source)
+
+
+def _load_layers(session: Session, job: Job) -> list[LayerRow]:
+    rows = session.execute(
+        select(LayerStat.module, func.max(LayerStat.module_type), func.avg(LayerStat.forward_s),
+               func.avg(LayerStat.backward_s), func.max(LayerStat.activation_bytes), func.sum(LayerStat.calls))
+        .where(LayerStat.job_pk == job.id).group_by(LayerStat.module)
+    ).all()
+    return [LayerRow(module=m, module_type=t, forward_s=f, backward_s=b,
+                     activation_bytes=None if a is None else int(a), calls=int(c or 0)) for m, t, f, b, a, c in rows]
+
+
+def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: float) -> JobData:
+    now_dt = from_epoch(now)
+    assert now_dt is not None
+    gpus = [load_gpu_series(session, gpu, start, end) for gpu, start, end in job_gpu_windows(session, job, now=now_dt)]
+    oom = session.scalar(select(func.count()).select_from(JobEvent).where(JobEvent.job_pk == job.id,
+                                                                          JobEvent.kind == "oom")) or 0
+    traces = [t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
+              for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
+    return JobData(
+        job_id=job.job_id, state=job.state, name=job.name, team=job.team, started_at=to_epoch(job.started_at),
+        ended_at=to_epoch(job.ended_at), exit_code=job.exit_code, batch_size=job.batch_size,
+        gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, gpus=gpus,
+        steps=_load_steps(session, job), layers=_load_layers(session, job), oom_events=int(oom),
+        trace_summaries=traces,
+        energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,
+                                       price_per_kwh_usd=settings.price_per_kwh_usd),
+    )
+
+
+def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict:
+    """Characterize now and store the result (idempotent: same data, same report)."""
+    now = time.time()
+    report = characterize_mod.characterize(load_job_data(session, job, settings, now=now), now=now)
+    report.setdefault("team", job.team)
+    report.setdefault("name", job.name)
+    version = characterize_mod.ANALYZER_VERSION
+    row = session.get(Report, (job.id, version))
+    if row is None:
+        session.add(Report(job_pk=job.id, analyzer_version=version, computed_at=from_epoch(now), data=report))
+    else:
+        row.computed_at = from_epoch(now)  # type: ignore[assignment]
+        row.data = report
+    session.flush()
+    return report
+
+
+def cached_report(session: Session, job: Job) -> Report | None:
+    return session.get(Report, (job.id, characterize_mod.ANALYZER_VERSION))
+
+
+def is_final(report: Report, job: Job) -> bool:
+    """A report of an ended job, computed after the late-data window and after the job's last update."""
+    if job.state not in TERMINAL_STATES or job.ended_at is None:
+        return False
+    return report.computed_at >= job.ended_at + LATE_DATA_WINDOW and report.computed_at >= job.updated_at
+
+
+def get_report(session: Session, job: Job, settings: ServerSettings, *, refresh: bool = False) -> dict:
+    row = cached_report(session, job)
+    if row is not None and not refresh and is_final(row, job):
+        return row.data
+    return compute_report(session, job, settings)
+
+
+def characterize_job_pk(factory: sessionmaker[Session], job_pk: int, settings: ServerSettings) -> bool:
+    """The task body (Celery or in-process): False when the job no longer exists."""
+    with session_scope(factory) as session:
+        job = session.get(Job, job_pk)
+        if job is None:
+            return False
+        compute_report(session, job, settings)
+        return True
+
+
+def jobs_due(session: Session, *, every_s: float) -> list[int]:
+    """Running jobs whose report is older than `every_s`, and ended jobs with no final report yet."""
+    now = utcnow()
+    version = characterize_mod.ANALYZER_VERSION
+    stmt = (select(Job.id, Job.state, Job.ended_at, Report.computed_at)
+            .outerjoin(Report, (Report.job_pk == Job.id) & (Report.analyzer_version == version)))
+    due = []
+    for pk, state, ended_at, computed_at in session.execute(stmt):
+        if state in ("running", "pending"):
+            if computed_at is None or computed_at < now - timedelta(seconds=every_s):
+                due.append(pk)
+        elif computed_at is None or (ended_at is not None and computed_at < ended_at + LATE_DATA_WINDOW
+                                     and now >= ended_at + LATE_DATA_WINDOW):
+            due.append(pk)
+    return due

@@ -1,0 +1,141 @@
+"""Jobs: register/update, list, get, report, timeseries."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Query
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel
+
+from agent.protocol import SAMPLE_FIELDS
+from server.analysis.downsample import downsample
+from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
+from server.errors import Forbidden, InvalidInput
+from server.jobs import report_service
+from server.jobs import service as job_service
+from server.jobs.html_report import render_report_html
+from server.jobs.schemas import JobCreate, JobList, JobRead, JobState
+from server.models.base import from_epoch
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+JOB_NOT_FOUND = {404: {"description": "no such job, or not visible to this token"}}
+TIMESERIES_METRICS = tuple(name for name, _ in SAMPLE_FIELDS)
+
+
+def _unit(metric: str) -> str | None:
+    for suffix, unit in (("_bytes_per_s", "B/s"), ("_bytes", "B"), ("_pct", "%"), ("_w", "W"), ("_j", "J"),
+                         ("_c", "°C"), ("_mhz", "MHz"), ("_s", "s")):
+        if metric.endswith(suffix):
+            return unit
+    return None
+
+
+@router.post("", response_model=JobRead, responses={401: {}, 403: {}, 404: {}, 422: {}},
+             summary="Register a job, or update a registered one")
+def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
+                 dispatcher: DispatcherDep) -> JobRead:
+    if principal.scope not in ("team", "agent", "operator"):
+        raise Forbidden(f"a {principal.scope} token cannot register jobs")
+    job, became_terminal = job_service.upsert_job(session, data, principal=principal)
+    uuids = job_service.gpu_uuids_of(session, [job.id])[job.id]
+    read = job_service.to_read(job, uuids)
+    if became_terminal:
+        session.commit()  # the task must see the committed end
+        dispatcher.characterize(job.id)
+    return read
+
+
+@router.get("", response_model=JobList, summary="List jobs visible to this token")
+def list_jobs(principal: JobReaderAuth, session: SessionDep, team: str | None = None,
+              state: JobState | None = None, since: float | None = Query(None, description="epoch s"),
+              until: float | None = Query(None, description="epoch s"),
+              q: str | None = Query(None, max_length=200, description="search job_id or name"),
+              limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and not (0 <= value < 1e11):
+            raise InvalidInput(f"{name} must be seconds since epoch")
+    jobs, total = job_service.list_jobs(session, principal=principal, team=team, state=state,
+                                        since=from_epoch(since), until=from_epoch(until), q=q, limit=limit,
+                                        offset=offset)
+    uuids = job_service.gpu_uuids_of(session, [j.id for j in jobs])
+    now = time.time()
+    return JobList(items=[job_service.to_read(j, uuids[j.id], now=now) for j in jobs], total=total, limit=limit,
+                   offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobRead, responses=JOB_NOT_FOUND, summary="A job's metadata and state")
+def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRead:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    return job_service.to_read(job, job_service.gpu_uuids_of(session, [job.id])[job.id])
+
+
+@router.get("/{job_id}/report", responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {}}}},
+            summary="The job's characterization (JSON, or ?format=html for a standalone page)")
+def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+               format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    report = report_service.get_report(session, job, settings, refresh=refresh)
+    if format == "html":
+        series = {m: _series(session, job, m, 600, None, None) for m in
+                  ("memory_used_bytes", "power_w", "gpu_util_pct")}
+        return HTMLResponse(render_report_html(report, series))
+    return JSONResponse(report)
+
+
+class SeriesOut(BaseModel):
+    gpu_uuid: str
+    ts: list[float]
+    values: list[float | None]
+    raw_points: int
+    min: float | None
+    max: float | None
+
+
+class TimeseriesOut(BaseModel):
+    job_id: str
+    metric: str
+    unit: str | None
+    source: str
+    points: int
+    series: list[SeriesOut]
+
+
+def _series(session, job, metric: str, points: int, since: float | None,  # type: ignore[no-untyped-def]
+            until: float | None) -> list[SeriesOut]:
+    out = []
+    now_dt = datetime.now(timezone.utc)
+    for gpu, start, end in report_service.job_gpu_windows(session, job, now=now_dt):
+        if since is not None:
+            start = max(start, from_epoch(since))  # type: ignore[type-var]
+        if until is not None:
+            end = min(end, from_epoch(until))  # type: ignore[type-var]
+        s = report_service.load_gpu_series(session, gpu, start, end, columns=(metric,))
+        values = s.columns[metric]
+        keep = ~np.isnan(values)
+        ts, vals = s.ts[keep], values[keep]
+        raw = int(ts.size)
+        if raw > points:
+            ts, vals = downsample(ts, vals, points)
+        out.append(SeriesOut(gpu_uuid=gpu.uuid, ts=[float(x) for x in ts], values=[float(x) for x in vals],
+                             raw_points=raw, min=float(vals.min()) if vals.size else None,
+                             max=float(vals.max()) if vals.size else None))
+    return out
+
+
+@router.get("/{job_id}/timeseries", response_model=TimeseriesOut, responses=JOB_NOT_FOUND,
+            summary="A downsampled per-GPU series for plots (min/max preserved)")
+def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
+                   metric: Annotated[str, Query(description=f"one of {', '.join(TIMESERIES_METRICS)}")],
+                   points: int = Query(1000, ge=10, le=20_000), since: float | None = None,
+                   until: float | None = None) -> TimeseriesOut:
+    if metric not in TIMESERIES_METRICS:
+        raise InvalidInput(f"unknown metric {metric!r}; one of {', '.join(TIMESERIES_METRICS)}")
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    series = _series(session, job, metric, points, since, until)
+    return TimeseriesOut(job_id=job.job_id, metric=metric, unit=_unit(metric), source="nvml", points=points,
+                         series=series)

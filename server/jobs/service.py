@@ -1,0 +1,182 @@
+"""Jobs: registration and updates, lifecycle, visibility rules (a team sees only its own jobs)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from server.auth.service import Principal
+from server.errors import Forbidden, InvalidInput, NotFound
+from server.ingest.inventory import ensure_gpus
+from server.jobs.schemas import JobCreate, JobRead
+from server.models import TERMINAL_STATES, Gpu, Job, JobGpu
+from server.models.base import from_epoch, to_epoch, utcnow
+
+
+def _not_found(job_id: str) -> NotFound:
+    # The same answer whether the job does not exist or belongs to another team: no existence oracle.
+    return NotFound(f"job {job_id!r} not found")
+
+
+def find_job(session: Session, job_id: str) -> Job | None:
+    return session.scalars(select(Job).where(Job.job_id == job_id)).first()
+
+
+def get_visible_job(session: Session, *, job_id: str, principal: Principal) -> Job:
+    job = find_job(session, job_id)
+    if job is None or not principal.can_see_team(job.team):
+        raise _not_found(job_id)
+    return job
+
+
+def get_writable_job(session: Session, *, job_id: str, principal: Principal) -> Job:
+    """The job a framework-event or trace writer may write to; created (running) if it does not exist yet."""
+    job = find_job(session, job_id)
+    if job is None:
+        job = Job(job_id=job_id, team=principal.team if principal.scope == "team" else None, state="running",
+                  started_at=utcnow(), extra={})
+        session.add(job)
+        session.flush()
+        return job
+    if principal.scope == "team" and job.team != principal.team:
+        raise _not_found(job_id)
+    return job
+
+
+def get_or_create_observed(session: Session, *, job_id: str, node: str, seen_at: float) -> Job:
+    """A job first seen by an agent through a process's environment (e.g. a Slurm job nobody registered)."""
+    job = find_job(session, job_id)
+    if job is None:
+        job = Job(job_id=job_id, state="running", node_name=node, started_at=from_epoch(seen_at), extra={})
+        session.add(job)
+        session.flush()
+    return job
+
+
+def mark_started(job: Job, *, ts: float, host: str | None = None, framework: str | None = None) -> None:
+    if job.state == "pending":
+        job.state = "running"
+    if job.started_at is None or from_epoch(ts) < job.started_at:  # type: ignore[operator]
+        job.started_at = from_epoch(ts)
+    job.host = job.host or host
+    job.framework = job.framework or framework
+
+
+def mark_ended(job: Job, *, ts: float, exit_code: int | None, state: str | None) -> bool:
+    """Record the end; True when the job became terminal now (characterize it)."""
+    was_terminal = job.state in TERMINAL_STATES
+    if state is None:
+        state = "finished" if exit_code == 0 else "failed"
+    if job.extra and job.extra.get("oom_seen") and state == "failed":
+        state = "oom"
+    job.state = state
+    job.exit_code = exit_code if exit_code is not None else job.exit_code
+    job.ended_at = from_epoch(ts)
+    return not was_terminal
+
+
+def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tuple[Job, bool]:
+    """Register or update; returns (job, became_terminal)."""
+    team = data.team
+    if principal.scope == "team":
+        if team is not None and team != principal.team:
+            raise Forbidden(f"a token of team {principal.team!r} cannot register jobs for team {team!r}")
+        team = principal.team
+    job = find_job(session, data.job_id)
+    if job is None:
+        job = Job(job_id=data.job_id, team=team, state="pending", extra={})
+        session.add(job)
+    elif principal.scope == "team" and job.team not in (None, principal.team):
+        raise _not_found(data.job_id)
+    elif team is not None:
+        job.team = team
+    was_terminal = job.state in TERMINAL_STATES
+    for attr, value in (("name", data.name), ("command", data.command), ("framework", data.framework),
+                        ("host", data.host), ("user_name", data.user), ("node_name", data.node),
+                        ("batch_size", data.batch_size), ("gpu_type_requested", data.gpu_type_requested),
+                        ("gpus_requested", data.gpus_requested), ("exit_code", data.exit_code)):
+        if value is not None:
+            setattr(job, attr, value)
+    if data.started_at is not None:
+        job.started_at = from_epoch(data.started_at)
+    if data.ended_at is not None:
+        job.ended_at = from_epoch(data.ended_at)
+    if data.state is not None:
+        job.state = data.state
+        if data.state == "running" and job.started_at is None:
+            job.started_at = utcnow()
+        if data.state in TERMINAL_STATES and job.ended_at is None:
+            job.ended_at = utcnow()
+    if job.started_at and job.ended_at and job.ended_at < job.started_at:
+        raise InvalidInput("ended_at is before started_at")
+    extra = dict(job.extra or {})
+    if data.metadata:
+        extra.update(data.metadata)
+    if data.cuda_visible_devices is not None:
+        extra["cuda_visible_devices"] = data.cuda_visible_devices
+    job.extra = extra
+    session.flush()
+    if data.gpu_uuids:
+        if not data.node:
+            raise InvalidInput("gpu_uuids needs `node`: GPU UUIDs are resolved per node")
+        for gpu_id in ensure_gpus(session, node=data.node, uuids=data.gpu_uuids).values():
+            link = session.scalars(select(JobGpu).where(JobGpu.job_pk == job.id, JobGpu.gpu_id == gpu_id)).first()
+            if link is None:
+                session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, source="registered"))
+            else:
+                link.source = "registered"
+                link.first_seen_at = link.last_seen_at = None
+        session.flush()
+    return job, (job.state in TERMINAL_STATES and not was_terminal)
+
+
+def gpu_uuids_of(session: Session, job_pks: list[int]) -> dict[int, list[str]]:
+    rows = session.execute(
+        select(JobGpu.job_pk, Gpu.uuid).join(Gpu, Gpu.id == JobGpu.gpu_id).where(JobGpu.job_pk.in_(job_pks))
+        .order_by(Gpu.index)
+    ).all()
+    out: dict[int, list[str]] = {pk: [] for pk in job_pks}
+    for pk, uuid in rows:
+        out[pk].append(uuid)
+    return out
+
+
+def to_read(job: Job, gpu_uuids: list[str], *, now: float | None = None) -> JobRead:
+    started, ended = to_epoch(job.started_at), to_epoch(job.ended_at)
+    end_or_now = ended if ended is not None else (now if now is not None else time.time())
+    return JobRead(
+        job_id=job.job_id, team=job.team, name=job.name, command=job.command, framework=job.framework,
+        host=job.host, user=job.user_name, node=job.node_name, state=job.state, batch_size=job.batch_size,
+        gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, exit_code=job.exit_code,
+        created_at=job.created_at.timestamp(), updated_at=job.updated_at.timestamp(), started_at=started,
+        ended_at=ended, duration_s=None if started is None else max(0.0, end_or_now - started),
+        gpu_uuids=gpu_uuids, metadata=job.extra or {},
+    )
+
+
+def list_jobs(session: Session, *, principal: Principal, team: str | None, state: str | None,
+              since: datetime | None, until: datetime | None, q: str | None, limit: int,
+              offset: int) -> tuple[list[Job], int]:
+    stmt = select(Job)
+    if principal.scope == "team":
+        if team is not None and team != principal.team:
+            return [], 0
+        stmt = stmt.where(Job.team == principal.team)
+    elif team is not None:
+        stmt = stmt.where(Job.team == team)
+    if state is not None:
+        stmt = stmt.where(Job.state == state)
+    # A job overlaps [since, until] when it started before `until` and had not ended by `since`.
+    if since is not None:
+        stmt = stmt.where((Job.ended_at.is_(None)) | (Job.ended_at >= since))
+    if until is not None:
+        stmt = stmt.where((Job.started_at.is_(None)) | (Job.started_at <= until))
+    if q:
+        like = f"%{q.replace('%', '').replace('_', '')}%"
+        stmt = stmt.where(Job.job_id.ilike(like) | Job.name.ilike(like))
+    total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    rows = session.scalars(stmt.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit).offset(offset)).all()
+    return list(rows), total

@@ -1,0 +1,59 @@
+"""Declarative base and the column types every table shares."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.types import TypeDecorator
+
+# Named constraints keep Alembic autogenerate and downgrades deterministic.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BIGINT in Postgres; INTEGER in SQLite, where only "INTEGER PRIMARY KEY" autoincrements.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """timestamptz in Postgres; always an aware UTC datetime in Python (SQLite stores naive UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: fleetprof stores UTC only")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def from_epoch(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc)
+
+
+def to_epoch(dt: datetime | None) -> float | None:
+    return None if dt is None else dt.timestamp()

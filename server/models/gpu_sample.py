@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey
+from sqlalchemy.orm import Mapped, mapped_column
+
+from server.models.base import Base, UtcDateTime
+
+
+class GpuSample(Base):
+    """One NVML (or replayed) sample of one GPU. Columns mirror agent.protocol.SAMPLE_FIELDS, units in names.
+
+    Primary key (gpu_id, ts): reads are time ranges per GPU, and a sample delivered twice is stored once.
+    """
+
+    __tablename__ = "gpu_samples"
+
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
+    healthy: Mapped[bool | None] = mapped_column(Boolean)
+    memory_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_used_max_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_reserved_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    gpu_util_pct: Mapped[float | None] = mapped_column(Float)
+    mem_util_pct: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    power_max_w: Mapped[float | None] = mapped_column(Float)
+    energy_counter_j: Mapped[float | None] = mapped_column(Float)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    mem_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    throttle_reasons: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    pcie_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    nvlink_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    nvlink_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    ecc_corrected_total: Mapped[int | None] = mapped_column(BigInteger)
+    ecc_uncorrected_total: Mapped[int | None] = mapped_column(BigInteger)
+    xid_last: Mapped[int | None] = mapped_column(BigInteger)

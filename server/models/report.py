@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ForeignKey, Integer
+from sqlalchemy.orm import Mapped, mapped_column
+
+from server.models.base import Base, JsonDoc, UtcDateTime
+
+
+class Report(Base):
+    """The cached characterization of a job, one per analyzer version."""
+
+    __tablename__ = "reports"
+
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    analyzer_version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    computed_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    data: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
