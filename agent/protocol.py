@@ -16,14 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PROTOCOL_VERSION = 1
 
-# Sane bounds for wire timestamps (seconds since epoch, UTC): 2000-01-01 .. now + 1 day is checked
-# on the server, which knows "now"; the floor is checked here.
+# Sane bounds for wire timestamps (seconds since epoch, UTC): 2000-01-01 .. 2100-01-01 here; the server,
+# which knows "now", also refuses samples more than a day in the future.
 MIN_EPOCH_S = 946_684_800.0
+MAX_EPOCH_S = 4_102_444_800.0
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(ge=0)]
-Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, allow_inf_nan=False)]
+Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, le=MAX_EPOCH_S, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 JobId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$")]
 

@@ -20,3 +20,173 @@ def shared_data() -> Path:
     """The real data in ../shared/data (Kineto traces, nvidia-smi captures, energy, cluster series)."""
     assert SHARED_DATA.is_dir(), f"real test data not found at {SHARED_DATA}"
     return SHARED_DATA
+
+
+# ------------------------------------------------------------------ real Postgres and Redis, per test session
+
+import os  # noqa: E402
+import uuid as _uuid  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("FLEETPROF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+SESSION_TAG = f"{os.getpid()}_{_uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    """A database of this test session's own, migrated with the real Alembic migrations; dropped at the end."""
+    from sqlalchemy import create_engine, text
+
+    from server.config import ServerSettings
+    from server.migrate import upgrade
+
+    name = f"fleetprof_test_{SESSION_TAG}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(ServerSettings(database_url=url))
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_engine(pg_url):
+    from sqlalchemy import create_engine
+
+    engine = create_engine(pg_url)
+    yield engine
+    engine.dispose()
+
+
+def _truncate_all(engine) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy import text
+
+    from server.models import Base
+
+    names = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture
+def clean_db(pg_engine):
+    """Every test starts from empty tables (the tests commit through the real request boundary)."""
+    _truncate_all(pg_engine)
+    yield pg_engine
+
+
+@pytest.fixture
+def server_settings(pg_url, clean_db, tmp_path):
+    from server.config import ServerSettings
+
+    return ServerSettings(database_url=pg_url, broker_url=None, data_dir=tmp_path / "fleetprof",
+                          queue_name=f"fleetprof_test_{SESSION_TAG}")
+
+
+@pytest.fixture
+def db_session(server_settings):
+    from server.db import make_engine, make_sessionmaker
+
+    engine = make_engine(server_settings)
+    session = make_sessionmaker(engine)()
+    yield session
+    session.close()
+    engine.dispose()
+
+
+@pytest.fixture
+def make_token(server_settings):
+    """make_token(scope, team=None, node=None) -> plaintext token, committed."""
+    from server.auth.service import create_token
+    from server.db import make_engine, make_sessionmaker, session_scope
+
+    engine = make_engine(server_settings)
+    factory = make_sessionmaker(engine)
+
+    def make(scope: str, team: str | None = None, node: str | None = None) -> str:
+        with session_scope(factory) as session:
+            return create_token(session, scope=scope, team=team, node=node)
+
+    yield make
+    engine.dispose()
+
+
+@pytest.fixture
+def api(server_settings):
+    """A TestClient over the real app (lifespan run) on the session's Postgres."""
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+
+    with TestClient(create_app(server_settings)) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    client.ping()
+    yield REDIS_URL
+    for key in client.scan_iter(f"fleetprof_test_{SESSION_TAG}*"):
+        client.delete(key)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float = 30.0) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+@pytest.fixture
+def cli_env(server_settings):
+    """Environment for `fleetprof` subprocesses pointed at this test session's Postgres."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+    env.update(FLEETPROF_DATABASE_URL=server_settings.database_url, FLEETPROF_DATA_DIR=str(server_settings.data_dir),
+               FLEETPROF_QUEUE_NAME=server_settings.queue_name, PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture
+def live_server(cli_env, tmp_path):
+    """A real `fleetprof server` process (uvicorn) on a free port; yields its base URL."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "fleetprof.cli", "server", "--port", str(port)], env=cli_env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/healthz")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -5,8 +5,9 @@ caching allocator flattens it) memory repeat with the iteration period. We find 
 
 1. autocorrelation (FFT) of the detrended, uniformly resampled signal gives a coarse period in whole
    samples and picks the fundamental rather than a harmonic (the first peak nearly as high as the best);
-2. the periodogram, evaluated on a fine frequency grid around 1/coarse, refines it to a fraction of a
-   sample: at 1 Hz a 4-s iteration is otherwise only known to ±12%.
+2. the phase of the signal band-passed around 1/coarse advances 2π per iteration: its mean slope gives
+   the mean period to a fraction of a sample (at 1 Hz a 4-s iteration is otherwise only known to ±12%),
+   and stays the mean when the iteration time drifts over the window.
 
 The detectable range is [2 samples (Nyquist), a third of the analysed window]: shorter iterations alias
 and are better taken from the hooks.
@@ -24,11 +25,16 @@ from server.analysis.jobdata import GpuSeries, StepSeries
 # An autocorrelation peak below this is noise, not a period.
 MIN_ACF_PEAK = 0.2
 # The fundamental is the first peak at least this high relative to the highest (later peaks are harmonics).
-FUNDAMENTAL_RATIO = 0.8
+FUNDAMENTAL_RATIO = 0.65
 # Analyse at most this many samples (4 h at 1 Hz): periods are local, and it bounds the cost on long jobs.
 MAX_WINDOW_SAMPLES = 14_400
 # Telemetry and hooks agree when within this relative difference.
 AGREEMENT_TOL = 0.05
+# Band-pass around the coarse frequency f0 for the phase refinement, [f0 / BAND_LOW, f0 × BAND]: wide on
+# the slow side (iterations up to 1.9× the typical still count as one), narrow on the fast side to keep
+# the 2nd harmonic (2·f0, strong for a square-ish load) out.
+BAND = 1.4
+BAND_LOW = 1.9
 
 
 @dataclass
@@ -79,26 +85,24 @@ def _acf(y: np.ndarray, max_lag: int) -> np.ndarray:
 
 
 def _refine(y: np.ndarray, coarse_lag: float) -> float:
-    """Lag (in samples) of the periodogram maximum between 0.8 and 1.25 × the coarse frequency."""
+    """Mean period (in samples) from the phase of the band-passed analytic signal around 1/coarse_lag.
+
+    The unwrapped phase advances 2π per iteration, so its slope counts iterations per sample: that is the
+    mean period over the window even when the period drifts (a spectral peak would favour one stretch).
+    """
     n = y.size
+    spec = np.fft.fft(y)
+    freqs = np.fft.fftfreq(n)
     f0 = 1.0 / coarse_lag
-    freqs = np.linspace(f0 / 1.25, min(f0 * 1.25, 0.5), 256)
-    t = np.arange(n)
-    power = np.empty(freqs.size)
-    w = y * np.hanning(n)
-    for i in range(0, freqs.size, 32):  # chunks keep the (freqs × n) matrices small
-        ph = 2.0 * np.pi * np.outer(freqs[i:i + 32], t)
-        power[i:i + 32] = (np.cos(ph) @ w) ** 2 + (np.sin(ph) @ w) ** 2
-    k = int(np.argmax(power))
-    if 0 < k < freqs.size - 1:
-        # Parabolic interpolation of the peak between grid points.
-        a, b, c = power[k - 1], power[k], power[k + 1]
-        denom = a - 2 * b + c
-        shift = 0.5 * (a - c) / denom if denom != 0 else 0.0
-        f = freqs[k] + shift * (freqs[1] - freqs[0])
-    else:
-        f = freqs[k]
-    return 1.0 / f
+    band = (freqs >= f0 / BAND_LOW) & (freqs <= min(f0 * BAND, 0.5))
+    z = np.fft.ifft(np.where(band, 2.0 * spec, 0.0))  # analytic signal of the band
+    trim = max(1, n // 20)  # the band-pass rings at the window edges
+    phase = np.unwrap(np.angle(z))[trim:n - trim]
+    t = np.arange(trim, n - trim)
+    slope = np.polyfit(t, phase, 1)[0]
+    if not np.isfinite(slope) or slope <= 0:
+        return coarse_lag
+    return 2.0 * np.pi / slope
 
 
 def detect_period(ts: np.ndarray, values: np.ndarray, *, signal: str | None = None) -> PeriodResult | None:
@@ -164,13 +168,16 @@ def cross_check(telemetry_s: float | None, hooks_s: float | None) -> dict[str, A
         return out
     ratio = telemetry_s / hooks_s
     k = max(1, round(ratio))
-    out["steps_per_period"] = k
-    out["agrees_with_hooks"] = abs(ratio / k - 1.0) <= AGREEMENT_TOL
+    agrees = abs(ratio / k - 1.0) <= AGREEMENT_TOL
+    out["agrees_with_hooks"] = bool(agrees)
+    out["steps_per_period"] = k if agrees else None
     return out
 
 
 def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> dict[str, Any]:
-    """Utilization dips while the job is otherwise busy: samples below half the job's busy level (p90).
+    """Utilization dips while the job is otherwise busy: samples below a fifth of the job's busy level (p90),
+    i.e. the GPU all but idle (a communication or optimizer phase still runs kernels; waiting for input
+    does not).
 
     Dips that repeat with a period point at the input pipeline (every k steps the loader falls behind) or
     at periodic checkpointing; scattered dips are noise or communication.
@@ -183,7 +190,7 @@ def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> dict[str, Any]:
     busy_level = float(np.percentile(u[ok], 90))
     if busy_level < 20.0:
         return out  # an idle GPU has no stalls to speak of
-    dip = (u < 0.5 * busy_level) & ok
+    dip = (u < 0.2 * busy_level) & ok
     out["stall_fraction"] = float(dip[ok].mean())
     if out["stall_fraction"] > 0.02:
         res = detect_period(np.asarray(ts, dtype=np.float64), dip.astype(np.float64))

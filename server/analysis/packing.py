@@ -13,6 +13,8 @@ Three heuristics, the smallest arena wins:
 - `skyline`: the paper's best-fit for the strip: fill the lowest skyline gap with the longest-lived block
   that fits inside it, raise the gap when none does. Scans candidates with numpy; skipped above
   `skyline_max_allocations` where its scans stop paying.
+- `best_fit_online`: the same sweep without lookahead (gap's low end), which is also what an allocator
+  growing one address space would do; sometimes tighter, so it is tried too.
 - `greedy_by_size` (Pisarchyk & Lee 2020): largest first, each into the smallest gap left between the
   already placed blocks that overlap it in time. Quadratic in the worst case (numpy inner loop); skipped
   above `greedy_max_allocations`.
@@ -106,15 +108,17 @@ def _best_fit(
                 gend = gstart + (key >> _SHIFT)
                 drop_gap(gstart, gend)
                 off = gstart
-                if lookahead and gend - gstart > sz:
-                    # Sit against the neighbour freed closest to our own free time: when both go, the
-                    # holes merge instead of leaving a sliver.
-                    below = owner_at_end.get(gstart)
-                    above = owner_at_start.get(gend)
-                    mine = free_l[ev]
-                    d_below = abs(free_l[below] - mine) if below is not None else None
-                    d_above = abs(free_l[above] - mine) if above is not None else None
-                    if d_above is not None and (d_below is None or d_above < d_below):
+                if gend - gstart > sz:
+                    # With lookahead, sit against the neighbour freed closest to our own free time: when
+                    # both go, the holes merge instead of leaving a sliver.
+                    above_closer = False
+                    if lookahead:
+                        below = owner_at_end.get(gstart)
+                        above = owner_at_start.get(gend)
+                        mine = free_l[ev]
+                        if above is not None:
+                            above_closer = below is None or abs(free_l[above] - mine) < abs(free_l[below] - mine)
+                    if above_closer:
                         off = gend - sz
                         add_gap(gstart, off)
                     else:
@@ -277,14 +281,23 @@ def _skyline(units: np.ndarray, alloc_seq: np.ndarray, free_seq: np.ndarray) -> 
     return np.asarray(offsets, np.int64), top
 
 
-ALGORITHMS = {"best_fit": _best_fit, "skyline": _skyline, "greedy_by_size": _greedy_by_size}
+def _best_fit_online(units: np.ndarray, alloc_seq: np.ndarray, free_seq: np.ndarray) -> tuple[np.ndarray, int]:
+    return _best_fit(units, alloc_seq, free_seq, lookahead=False)
+
+
+ALGORITHMS = {
+    "best_fit": _best_fit,
+    "skyline": _skyline,
+    "greedy_by_size": _greedy_by_size,
+    "best_fit_online": _best_fit_online,
+}
 
 
 def plan_offsets(
     trace: AllocationTrace,
     *,
     alignment: int = DEFAULT_ALIGNMENT_BYTES,
-    algorithms: tuple[str, ...] = ("best_fit", "skyline", "greedy_by_size"),
+    algorithms: tuple[str, ...] = ("best_fit", "skyline", "greedy_by_size", "best_fit_online"),
     skyline_max_allocations: int = 50_000,
     greedy_max_allocations: int = 30_000,
 ) -> OffsetPlan:
@@ -364,3 +377,68 @@ def verify_plan(trace: AllocationTrace, plan: OffsetPlan, *, max_conflicts: int 
             live_ids.insert(k, ev)
         # a conflicting block is left out of the live set so one error does not cascade into many
     return conflicts[:max_conflicts]
+
+
+def optimization_section(
+    trace: AllocationTrace,
+    *,
+    observed_reserved_bytes: int | None = None,
+    pcie_bandwidth_bytes_per_s: float | None = None,
+    step_boundaries: list[float] | np.ndarray | None = None,
+    period_s: float | None = None,
+    gpu_name: str | None = None,
+    snapshot: dict | None = None,
+    alignment: int = DEFAULT_ALIGNMENT_BYTES,
+) -> dict:
+    """The report's JSON-safe `optimization` section: offset plan, swap plan, fragmentation findings.
+
+    `step_boundaries` are seconds on the trace's clock (`alloc_t * time_unit_s`). Byte totals include the
+    bytes that stayed live through the window without appearing in it (`untracked_live_bytes`), so they
+    compare with the observed reserved peak; `traced_*` fields leave them out.
+    """
+    # imported here: both build on this module
+    from server.analysis.fragmentation import fragmentation_findings
+    from server.analysis.swap import plan_swaps, swap_section
+
+    reserved = observed_reserved_bytes if observed_reserved_bytes is not None else trace.observed_reserved_bytes
+    untracked = trace.untracked_live_bytes or 0
+    plan = plan_offsets(trace, alignment=alignment)
+    problems = verify_plan(trace, plan, max_conflicts=1)
+    if problems:  # plans are checked, never trusted
+        raise AssertionError(f"offset plan {plan.algorithm} overlaps live allocations {problems[0]}")
+    planned = untracked + plan.arena_bytes
+    offset_plan = {
+        "allocations": len(trace),
+        "algorithm": plan.algorithm,
+        "lower_bound_bytes": untracked + plan.lower_bound_bytes,
+        "planned_bytes": planned,
+        "observed_reserved_bytes": reserved,
+        "potential_saving_bytes": max(reserved - planned, 0) if reserved is not None else None,
+        "traced_lower_bound_bytes": plan.lower_bound_bytes,
+        "traced_planned_bytes": plan.arena_bytes,
+        "untracked_live_bytes": trace.untracked_live_bytes,
+        "overhead_vs_lower_bound_fraction": plan.overhead_fraction,
+        "arena_by_algorithm_bytes": dict(plan.arena_by_algorithm_bytes),
+        "alignment_bytes": alignment,
+        "elapsed_s": plan.elapsed_s,
+        "source": trace.source,
+        "device": trace.device,
+    }
+    swaps = plan_swaps(
+        trace,
+        pcie_bandwidth_bytes_per_s=pcie_bandwidth_bytes_per_s,
+        gpu_name=gpu_name,
+        step_boundaries_s=step_boundaries,
+        period_s=period_s,
+    )
+    swap = swap_section(swaps, trace)
+    for key in ("old_peak_bytes", "new_peak_bytes", "forced_new_peak_bytes"):
+        swap[key] += untracked
+    return {
+        "offset_plan": offset_plan,
+        "swap_plan": swap,
+        "fragmentation": fragmentation_findings(
+            trace, plan=plan, observed_reserved_bytes=reserved, snapshot=snapshot, alignment=alignment
+        ),
+        "notes": list(trace.notes),
+    }

@@ -70,7 +70,7 @@ def vpa_memory_target(interval_peaks_bytes: Sequence[float], *, history_s: float
         base = max(observed, float(oom_capacity_bytes or 0))
         bumped = max(base * (1 + OOM_BUMP_FRACTION), base + OOM_MIN_BUMP_BYTES)
         target, upper = max(target, bumped), max(upper, bumped)
-    return MemoryTarget(int(target), int(min(lower, target)), int(upper), int(observed), confidence, oom)
+    return MemoryTarget(math.ceil(target), int(min(lower, target)), math.ceil(upper), int(observed), confidence, oom)
 
 
 def smallest_fitting_gpu(required_bytes: float, catalog: Sequence[GpuModel] | None = None) -> GpuModel | None:

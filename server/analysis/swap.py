@@ -13,6 +13,8 @@ freed inside the window): weights and optimizer state are read every step.
 Each direction of the PCIe link carries one copy at a time (D2H and H2D run concurrently). Offloads are
 scheduled as early as possible in allocation order, prefetches as late as possible in free order; a
 candidate is kept when its offload finishes before its prefetch must start, i.e. when the transfers hide.
+Candidates that cannot hide but are live at the new peak are reported as forced swaps: how much further
+the peak would drop, and the stall that would cost.
 The new peak comes from re-sweeping the live bytes with each kept block absent between the end of its
 offload and the start of its prefetch. Kept blocks whose absence overlaps no time above the new peak are
 dropped again: they cost link time and pinned memory and save nothing at the peak.
@@ -49,7 +51,9 @@ class SwapPlan:
     pcie_bandwidth_source: str
     candidates: int
     unhidden_candidates: int
-    unhidden_stall_s: float
+    forced_swaps: int  # unhidden candidates live at the new peak, if swapped anyway
+    forced_new_peak_bytes: int
+    forced_stall_s: float  # per step (per window when no steps are known)
     step_time_s: float | None
     window_s: float  # the trace window; slowdowns are per step where steps are known, else per window
     candidate_rule: str
@@ -60,11 +64,10 @@ class SwapPlan:
 
     @property
     def projected_slowdown_fraction(self) -> float | None:
-        """Extra time per step (per window without steps) if the candidates whose copies cannot hide were
-        swapped as well: each stalls for the copy time its idle window cannot cover (a lower bound: it
-        ignores the link time they would take from the others)."""
+        """Extra time per step (per window without steps) for the forced swaps, which take the peak down
+        to `forced_new_peak_bytes`."""
         base = self.step_time_s or self.window_s
-        return self.unhidden_stall_s / base if base > 0 else None
+        return self.forced_stall_s / base if base > 0 else None
 
 
 def resolve_pcie_bandwidth(
@@ -191,9 +194,19 @@ def plan_swaps(
         pinned = int(np.cumsum(d[np.lexsort((d, t))]).max())
     else:
         pinned = 0
-    # candidates whose copies cannot hide, even alone on the link: the stall if they were swapped anyway
-    stall = np.maximum(0.0, 2 * copy_s - (f_s[cand] - a_s[cand]))
+    # Forced swaps: the candidates whose copies do not hide that are live at the new peak. Swapping them
+    # too lowers the peak further, and compute waits for the copy time their idle window cannot cover (a
+    # lower bound on the stall: it ignores the link time they would take from the others).
+    _, t_new, live_new = _peak_with_holes(trace, idx, off_end[keep], pre_start[keep])
+    t_peak = t_new[int(np.argmax(live_new))] if live_new.size else 0.0
     unhidden = ~hidden
+    forced = np.flatnonzero(unhidden & (a_s[cand] <= t_peak) & (f_s[cand] > t_peak))
+    stall = np.maximum(0.0, 2 * copy_s[forced] - (f_s[cand[forced]] - a_s[cand[forced]]))
+    holes = np.concatenate([keep, forced])
+    forced_peak, _, _ = _peak_with_holes(
+        trace, cand[holes], np.concatenate([off_end[keep], a_s[cand[forced]]]),
+        np.concatenate([pre_start[keep], f_s[cand[forced]]]),
+    )
     step_time = None
     n_steps = 1
     window_s = (trace.end_t - trace.start_t) * unit
@@ -216,7 +229,9 @@ def plan_swaps(
         pcie_bandwidth_source=bw_source,
         candidates=int(cand.size),
         unhidden_candidates=int(unhidden.sum()),
-        unhidden_stall_s=float(stall[unhidden].sum()) / n_steps,
+        forced_swaps=int(forced.size),
+        forced_new_peak_bytes=forced_peak,
+        forced_stall_s=float(stall.sum()) / n_steps,
         step_time_s=step_time,
         window_s=window_s,
         candidate_rule=rule,
@@ -253,8 +268,11 @@ def swap_section(plan: SwapPlan, trace: AllocationTrace, *, max_tensors: int = 5
         "pcie_bandwidth_bytes_per_s": plan.pcie_bandwidth_bytes_per_s,
         "pcie_bandwidth_source": plan.pcie_bandwidth_source,
         "unhidden_candidates": plan.unhidden_candidates,
-        "unhidden_stall_per_step_s": plan.unhidden_stall_s,
+        "forced_swaps": plan.forced_swaps,
+        "forced_new_peak_bytes": plan.forced_new_peak_bytes,
+        "forced_stall_per_step_s": plan.forced_stall_s,
         "step_time_s": plan.step_time_s,
+        "window_s": plan.window_s,
         "projected_slowdown_fraction": slowdown,
         "approximation": APPROXIMATION,
         "times_relative_to": "trace window start",

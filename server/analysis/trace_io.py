@@ -85,7 +85,7 @@ def open_trace(source: str | Path | bytes | IO[bytes], *, max_bytes: int | None 
     start = raw.tell()
     head = raw.read(2)
     raw.seek(start)
-    inner: IO[bytes] = gzip.GzipFile(fileobj=raw) if head == GZIP_MAGIC else raw  # type: ignore[assignment]
+    inner: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if head == GZIP_MAGIC else raw  # type: ignore[assignment]
     return _LimitedReader(inner, max_bytes)
 
 

@@ -17,6 +17,10 @@ class UnknownModelError(EstimateError):
     kind = "unknown_model"
 
 
+class UnknownGpuError(EstimateError):
+    kind = "unknown_gpu"
+
+
 class ModelBuildError(EstimateError):
     """The factory or config was found but building the model raised."""
 
@@ -48,7 +52,7 @@ class EstimateCrashError(EstimateError):
 ERROR_KINDS: dict[str, type[EstimateError]] = {
     cls.kind: cls
     for cls in (
-        EstimateError, UnknownModelError, ModelBuildError, InputMismatchError,
+        EstimateError, UnknownModelError, UnknownGpuError, ModelBuildError, InputMismatchError,
         AbsurdRequestError, EstimateTimeoutError, EstimateCrashError,
     )
 }

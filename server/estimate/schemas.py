@@ -87,7 +87,10 @@ class RooflineEstimate(BaseModel):
 class GpuFit(BaseModel):
     gpu: str
     memory_total_bytes: int
-    context_bytes: int
+    context_bytes: int = Field(description="CUDA context and library code, outside the allocator (calibration)")
+    cublas_workspace_bytes: int = Field(description="inside the allocator: included in allocated/reserved")
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
     device_total_bytes: int = Field(description="peak reserved + CUDA context: what NVML would show")
     fits: bool
     headroom_bytes: int = Field(description="memory_total - device_total (negative when it does not fit)")
@@ -105,9 +108,10 @@ class EstimateResponse(BaseModel):
     precision: Precision
     optimizer: Optimizer
     peak_requested_bytes: int = Field(description="sum of live tensor sizes at the peak, unrounded")
-    peak_allocated_bytes: int = Field(description="caching allocator: rounded block sizes (max_memory_allocated)")
-    peak_reserved_bytes: int = Field(description="caching allocator segments (max_memory_reserved)")
-    workspace_bytes: int = Field(description="cuBLAS workspace included in allocated/reserved")
+    peak_allocated_bytes: int = Field(
+        description="caching allocator, rounded blocks (max_memory_allocated), tensors only; per GPU adds cuBLAS"
+    )
+    peak_reserved_bytes: int = Field(description="caching allocator segments (max_memory_reserved), tensors only")
     allocations: int
     flops_per_step: float
     bytes_moved_per_step: float

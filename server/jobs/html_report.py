@@ -36,7 +36,7 @@ def _table(title: str, section: dict[str, Any], sources: dict[str, str], prefix:
     for key, value in section.items():
         if isinstance(value, (dict, list)):
             value = json.dumps(value)
-        src = sources.get(f"{prefix}.{key}", "")
+        src = sources.get(f"{prefix}.{key}") or ""
         rows.append(f"<tr><th>{html.escape(key)}</th><td>{html.escape(_fmt(value, key))}</td>"
                     f"<td class=src>{html.escape(src)}</td></tr>")
     return f"<h2>{html.escape(title)}</h2><table>{''.join(rows)}</table>"

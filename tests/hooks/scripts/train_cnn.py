@@ -9,6 +9,7 @@ from torch import nn
 torch.manual_seed(0)
 torch.set_num_threads(1)
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+DEVICE = sys.argv[2] if len(sys.argv) > 2 else "cpu"
 
 
 class SmallCNN(nn.Module):
@@ -27,16 +28,18 @@ class SmallCNN(nn.Module):
         return self.head(self.pool(x).flatten(1))
 
 
-model = SmallCNN()
+model = SmallCNN().to(DEVICE)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 loss_fn = nn.CrossEntropyLoss()
-x = torch.randn(24, 3, 48, 48)
-y = torch.randint(0, 10, (24,))
+x = torch.randn(24, 3, 48, 48, device=DEVICE)
+y = torch.randint(0, 10, (24,), device=DEVICE)
 t_loop = time.perf_counter()
 for i in range(STEPS):
     t0 = time.perf_counter()
     opt.zero_grad()
     loss_fn(model(x), y).backward()
     opt.step()
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()  # the script's own timing must cover the device work
     print(f"STEP {i} {time.perf_counter() - t0:.6f}", flush=True)
 print(f"LOOP {time.perf_counter() - t_loop:.6f}", flush=True)

@@ -1,0 +1,44 @@
+# fleetprof — the two commands a newcomer needs:
+#   make run    install everything, then `fleetprof up` (embedded: SQLite, in-process tasks, dashboard, agent)
+#   make test   install everything (incl. Chromium for browser tests), then the whole suite against the real
+#               Postgres (127.0.0.1:5432) and Redis (127.0.0.1:6379)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: install run test test-gpu bench services browser clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch is pinned to the CPU build on disk; a looser requirement would pull a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: install
+	$(BIN)/fleetprof up
+
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
+	  --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
+
+test: install services browser
+	$(BIN)/python -m pytest
+
+test-gpu: install
+	$(BIN)/python -m pytest -m gpu tests/gpu
+
+bench: install services
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .fleetprof .pytest_cache

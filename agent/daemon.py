@@ -1,0 +1,164 @@
+"""The node agent: devices -> sampler -> spool -> shipper, until told to stop.
+
+One thread samples (fast ticks, full readings, batch cuts); one thread ships. They meet only at the spool,
+which is durable, so a collector outage or an agent restart loses nothing that was spooled.
+`run_agent` is what `fleetprof agent` and `fleetprof up` call.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from agent.attribution import Attributor
+from agent.config import AgentSettings
+from agent.devices.base import Devices, DeviceUnavailableError
+from agent.recordings import RecordingError, dump_batch_line, read_recording
+from agent.sampler import Sampler
+from agent.shipper import Shipper
+from agent.spool import Spool
+from agent.transport import Transport
+
+log = logging.getLogger(__name__)
+
+# On a clean stop the shipper gets this long to empty the spool; what is left is sent at the next start.
+STOP_FLUSH_S = 3.0
+
+
+class SourceError(ValueError):
+    """`--source` names something the agent cannot open."""
+
+
+def open_devices(source: str) -> Devices:
+    """`nvml`, `replay:FILE` (a recording played as if live) or `fake:N` (N simulated GPUs with realistic
+    NVML latencies, for the overhead benchmark; batches are labelled source="test")."""
+    kind, _, arg = source.partition(":")
+    if kind == "nvml":
+        from agent.devices.nvml import NvmlDevices
+
+        return NvmlDevices()
+    if kind == "replay":
+        if not arg:
+            raise SourceError("--source replay:FILE needs a file")
+        from agent.devices.replay import ReplayDevices
+
+        try:
+            return ReplayDevices(read_recording(arg))
+        except RecordingError as exc:
+            raise SourceError(f"cannot replay {arg}: {exc}") from None
+    if kind == "fake":
+        from agent.devices.fake import FakeNvml
+        from agent.devices.nvml import NvmlDevices
+
+        try:
+            n = int(arg or 8)
+        except ValueError:
+            raise SourceError(f"--source fake:N needs a GPU count, not {arg!r}") from None
+        devices = NvmlDevices(FakeNvml.with_gpus(n, realistic=True))
+        devices.source = "test"
+        return devices
+    raise SourceError(f"unknown source {source!r} (expected nvml, replay:FILE or fake:N)")
+
+
+class Agent:
+    """The parts wired together; constructor arguments let tests swap the devices, transport and clocks."""
+
+    def __init__(self, settings: AgentSettings, devices: Devices, *, transport: Transport | None = None,
+                 attributor: Attributor | None = None, clock: Callable[[], float] = time.time):
+        if not settings.server_url:
+            raise ValueError("the agent needs a server URL (--server or FLEETPROF_SERVER_URL)")
+        self.settings = settings
+        self.devices = devices
+        node = settings.node_name or socket.gethostname()
+        # A fresh id per start: seq restarts at 1 without colliding with batches an earlier run spooled.
+        self.agent_id = f"{node}-{secrets.token_hex(4)}"
+        self.samples_spooled = 0
+        self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
+        self.transport = transport or Transport(settings.server_url, settings.token,
+                                                timeout_s=settings.http_timeout_s)
+        self.shipper = Shipper(self.spool, self.transport, backoff_max_s=settings.ship_backoff_max_s)
+        self.sampler = Sampler(
+            devices, node=node, agent_id=self.agent_id, clock=clock,
+            attributor=attributor or Attributor(settings.proc_root,
+                                                pod_resources_socket=settings.pod_resources_socket),
+        )
+
+    def cut_batch(self) -> int:
+        """Spool the rows gathered so far as one batch; returns the samples spooled."""
+        batch = self.sampler.make_batch(dropped_samples_total=self.spool.dropped_samples_total,
+                                        clock_skew_s=self.shipper.clock_skew_s)
+        if batch is None:
+            return 0
+        self.spool.append(dump_batch_line(batch), len(batch.samples))
+        self.samples_spooled += len(batch.samples)
+        self.shipper.notify()
+        return len(batch.samples)
+
+    def run(self, stop: threading.Event) -> None:
+        s = self.settings
+        gpus = self.devices.gpus()
+        log.info("agent %s: %d GPU(s) from %s, sampling every %.2f s (peaks every %.2f s), batches every %.1f s, "
+                 "shipping to %s", self.agent_id, len(gpus), self.devices.source, s.interval_s, s.fast_interval_s,
+                 s.batch_interval_s, s.server_url)
+        ship_stop = threading.Event()
+        shipper = threading.Thread(target=self.shipper.run, args=(ship_stop,), name="fleetprof-shipper",
+                                   daemon=True)
+        shipper.start()
+        mono = time.monotonic
+        start = mono()
+        next_sample = start + s.interval_s
+        next_fast = start
+        next_batch = start + s.batch_interval_s
+        fast = 0 < s.fast_interval_s < s.interval_s
+        try:
+            while not stop.is_set():
+                now = mono()
+                if now >= next_sample:
+                    self.sampler.sample()
+                    # after a stall (suspended VM, slow driver) skip the missed ticks rather than burst
+                    next_sample = max(next_sample + s.interval_s, now + s.interval_s / 2)
+                    next_fast = mono() + s.fast_interval_s
+                elif fast and now >= next_fast:
+                    self.sampler.tick_fast()
+                    next_fast = max(next_fast + s.fast_interval_s, now + s.fast_interval_s / 2)
+                if now >= next_batch:
+                    self.cut_batch()
+                    next_batch = max(next_batch + s.batch_interval_s, now + s.batch_interval_s / 2)
+                wake = min(next_sample, next_batch, next_fast if fast else next_sample)
+                stop.wait(max(0.0, wake - mono()))
+        finally:
+            try:
+                self.cut_batch()
+            finally:
+                ship_stop.set()
+                shipper.join(timeout=self.settings.http_timeout_s + 1)
+                if not shipper.is_alive():
+                    self.shipper.flush(STOP_FLUSH_S)
+                left = len(self.spool)
+                if left:
+                    log.info("%d batches stay spooled in %s for the next start", left, s.spool_dir)
+                self.close()
+
+    def close(self) -> None:
+        self.spool.close()
+        self.transport.close()
+        self.devices.close()
+
+
+def run_agent(settings: AgentSettings, *, source: str, stop: threading.Event) -> None:
+    """Run the node agent until `stop` is set (usable in a thread). Raises SourceError or
+    DeviceUnavailableError when the devices cannot be opened, SpoolError when the spool is unusable."""
+    devices = open_devices(source)
+    try:
+        agent = Agent(settings, devices)
+    except BaseException:
+        devices.close()
+        raise
+    agent.run(stop)
+
+
+__all__ = ["Agent", "DeviceUnavailableError", "SourceError", "open_devices", "run_agent"]

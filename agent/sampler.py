@@ -1,0 +1,240 @@
+"""Turns device readings into protocol rows and batches: the one place where device units become wire units.
+
+Two cadences:
+- `tick_fast()` (every `fast_interval_s`, 10 Hz by default) reads only memory used and power, the cheap pair,
+  and keeps a running mean and max per GPU, so that a memory peak shorter than the shipping interval is not
+  missed (`memory_used_max_bytes`, `power_max_w`);
+- `sample()` (every `interval_s`) takes a full reading of every GPU, closes the interval's mean/max, lists the
+  GPU processes and attributes them to jobs.
+`make_batch()` turns the rows gathered since the last batch into one validated SampleBatch.
+
+Energy is the hardware counter (mJ -> J here); the server integrates deltas of it, never power.
+A GPU whose reading raises GpuLostError gets a row with `healthy=false` and nulls; the others carry on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.attribution import Attributor
+from agent.devices.base import DeviceError, Devices, GpuLostError, GpuReading
+from agent.protocol import (
+    PCT_FIELDS,
+    PROTOCOL_VERSION,
+    SAMPLE_FIELDS,
+    GpuInfo,
+    NodeInfo,
+    ProcessColumns,
+    SampleBatch,
+    SampleColumns,
+)
+
+log = logging.getLogger(__name__)
+
+_KIB = 1024.0  # NVML's "KB" throughput units are KiB
+_NON_NEGATIVE = frozenset(name for name, _ in SAMPLE_FIELDS) - {"temperature_c"}
+
+
+@dataclass
+class _Interval:
+    """Fast-sampling accumulator of one GPU for the current interval."""
+
+    mem_sum: int = 0
+    mem_n: int = 0
+    mem_max: int | None = None
+    pow_sum: int = 0
+    pow_n: int = 0
+    pow_max: int | None = None
+
+    def add(self, mem: int | None, power_mw: int | None) -> None:
+        if mem is not None:
+            self.mem_sum += mem
+            self.mem_n += 1
+            if self.mem_max is None or mem > self.mem_max:
+                self.mem_max = mem
+        if power_mw is not None:
+            self.pow_sum += power_mw
+            self.pow_n += 1
+            if self.pow_max is None or power_mw > self.pow_max:
+                self.pow_max = power_mw
+
+
+@dataclass
+class _Pending:
+    ts: list[float] = field(default_factory=list)
+    gpu_uuid: list[str] = field(default_factory=list)
+    healthy: list[bool] = field(default_factory=list)
+    values: dict[str, list[Any]] = field(default_factory=lambda: {name: [] for name, _ in SAMPLE_FIELDS})
+    procs: dict[str, list[Any]] = field(default_factory=lambda: {
+        k: [] for k in ("ts", "gpu_uuid", "pid", "used_memory_bytes", "job_id", "attribution")})
+
+
+def _clean(name: str, value: float | int | None) -> float | int | None:
+    """What a confused driver returns must not cost us the whole batch at validation."""
+    if value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if name in _NON_NEGATIVE and value < 0:
+        return None
+    if name in PCT_FIELDS:
+        return min(100.0, float(value))
+    return value
+
+
+class Sampler:
+    def __init__(self, devices: Devices, *, node: str | None = None, agent_id: str,
+                 attributor: Attributor | None = None, clock: Callable[[], float] = time.time):
+        self.devices = devices
+        self.node = node or socket.gethostname()
+        self.agent_id = agent_id
+        self.attributor = attributor if attributor is not None else Attributor()
+        self.clock = clock
+        self.seq = 0
+        self._gpus = devices.gpus()
+        self._intervals = [_Interval() for _ in self._gpus]
+        self._healthy = [True] * len(self._gpus)
+        self._xid_last: list[int | None] = [None] * len(self._gpus)
+        self._pending = _Pending()
+        facts = devices.node_facts()
+        self._node_info = NodeInfo(hostname=socket.gethostname(), driver_version=facts.driver_version,
+                                   cuda_version=facts.cuda_version, nvml_version=facts.nvml_version)
+        self._gpu_info = [
+            GpuInfo(uuid=g.uuid, index=g.index, name=g.name, memory_total_bytes=g.memory_total_bytes,
+                    pci_bus_id=g.pci_bus_id, mig_parent_uuid=g.mig_parent_uuid, power_source=g.power_source,
+                    power_limit_w=None if g.power_limit_mw is None else g.power_limit_mw / 1000,
+                    tdp_w=None if g.default_power_limit_mw is None else g.default_power_limit_mw / 1000)
+            for g in self._gpus
+        ]
+
+    @property
+    def pending_samples(self) -> int:
+        return len(self._pending.ts)
+
+    def _mark(self, slot: int, healthy: bool, exc: Exception | None = None) -> None:
+        if self._healthy[slot] != healthy:
+            self._healthy[slot] = healthy
+            if healthy:
+                log.warning("GPU %s is healthy again", self._gpus[slot].uuid)
+            else:
+                log.error("GPU %s marked unhealthy: %s", self._gpus[slot].uuid, exc)
+
+    # ------------------------------------------------------------------------------------------ sampling
+
+    def tick_fast(self) -> None:
+        for slot, acc in enumerate(self._intervals):
+            if not self._healthy[slot]:
+                continue  # retried by the full reading, once per interval
+            try:
+                acc.add(*self.devices.read_fast(slot))
+            except GpuLostError as exc:
+                self._mark(slot, False, exc)
+            except DeviceError as exc:
+                log.debug("fast reading of GPU %s failed: %s", self._gpus[slot].uuid, exc)
+
+    def sample(self) -> None:
+        ts = self.clock()
+        for slot, xid in self.devices.xid_events():
+            self._xid_last[slot] = xid
+        pend = self._pending
+        live_pids: set[int] = set()
+        for slot, gpu in enumerate(self._gpus):
+            acc, self._intervals[slot] = self._intervals[slot], _Interval()
+            try:
+                reading: GpuReading | None = self.devices.read(slot)
+                self._mark(slot, True)
+            except GpuLostError as exc:
+                self._mark(slot, False, exc)
+                reading = None
+            except DeviceError as exc:
+                log.warning("reading GPU %s failed: %s", gpu.uuid, exc)
+                reading = None
+            pend.ts.append(ts)
+            pend.gpu_uuid.append(gpu.uuid)
+            pend.healthy.append(reading is not None or self._healthy[slot])
+            row = self._row(slot, reading, acc)
+            for name, col in pend.values.items():
+                col.append(_clean(name, row.get(name)))
+            if reading is None:
+                continue
+            try:
+                procs = self.devices.processes(slot)
+            except DeviceError as exc:
+                log.debug("process list of GPU %s failed: %s", gpu.uuid, exc)
+                continue
+            for p in procs:
+                live_pids.add(p.pid)
+                job_id, how = p.job_id, p.attribution
+                if job_id is None and self.devices.local_pids:
+                    a = self.attributor.attribute(p.pid)
+                    job_id, how = a.job_id, a.method
+                pp = pend.procs
+                pp["ts"].append(ts)
+                pp["gpu_uuid"].append(gpu.uuid)
+                pp["pid"].append(p.pid)
+                pp["used_memory_bytes"].append(p.used_memory_bytes)
+                pp["job_id"].append(job_id)
+                pp["attribution"].append(how)
+        if self.devices.local_pids:
+            self.attributor.forget_except(live_pids)
+
+    def _row(self, slot: int, r: GpuReading | None, acc: _Interval) -> dict[str, float | int | None]:
+        if r is None:
+            return {"memory_total_bytes": self._gpus[slot].memory_total_bytes, "xid_last": self._xid_last[slot]}
+        acc.add(r.memory_used_bytes, r.power_mw)
+        mem_mean = acc.mem_sum // acc.mem_n if acc.mem_n else None
+        pow_mean = acc.pow_sum / acc.pow_n / 1000 if acc.pow_n else None
+
+        def scaled(v: float | int | None, factor: float) -> float | None:
+            return None if v is None else v * factor
+
+        return {
+            "memory_used_bytes": mem_mean,
+            "memory_used_max_bytes": acc.mem_max,
+            "memory_total_bytes": r.memory_total_bytes if r.memory_total_bytes is not None
+            else self._gpus[slot].memory_total_bytes,
+            "memory_reserved_bytes": r.memory_reserved_bytes,
+            "gpu_util_pct": r.gpu_util_pct,
+            "mem_util_pct": r.mem_util_pct,
+            "power_w": pow_mean,
+            "power_max_w": scaled(acc.pow_max, 1e-3),
+            "energy_counter_j": scaled(r.energy_mj, 1e-3),
+            "temperature_c": r.temperature_c,
+            "sm_clock_mhz": r.sm_clock_mhz,
+            "mem_clock_mhz": r.mem_clock_mhz,
+            "throttle_reasons": r.throttle_reasons,
+            "pcie_tx_bytes_per_s": scaled(r.pcie_tx_kib_per_s, _KIB),
+            "pcie_rx_bytes_per_s": scaled(r.pcie_rx_kib_per_s, _KIB),
+            "nvlink_tx_bytes_per_s": scaled(r.nvlink_tx_kib_per_s, _KIB),
+            "nvlink_rx_bytes_per_s": scaled(r.nvlink_rx_kib_per_s, _KIB),
+            "ecc_corrected_total": r.ecc_corrected_total,
+            "ecc_uncorrected_total": r.ecc_uncorrected_total,
+            "xid_last": self._xid_last[slot],
+        }
+
+    # ------------------------------------------------------------------------------------------ batching
+
+    def make_batch(self, *, dropped_samples_total: int = 0, clock_skew_s: float | None = None) -> SampleBatch | None:
+        """The rows since the last batch as one validated batch with the next seq; None if there are none."""
+        pend, self._pending = self._pending, _Pending()
+        if not pend.ts:
+            return None
+        cols: dict[str, Any] = {"ts": pend.ts, "gpu_uuid": pend.gpu_uuid, "healthy": pend.healthy}
+        for name, col in pend.values.items():
+            if any(v is not None for v in col):
+                cols[name] = col
+        processes = ProcessColumns(**pend.procs) if pend.procs["ts"] else None
+        self.seq += 1
+        return SampleBatch(
+            protocol_version=PROTOCOL_VERSION, node=self.node, agent_id=self.agent_id, seq=self.seq,
+            sent_at=self.clock(), source=self.devices.source,  # type: ignore[arg-type]
+            node_info=self._node_info, gpus=self._gpu_info, samples=SampleColumns(**cols), processes=processes,
+            dropped_samples_total=dropped_samples_total,
+            clock_skew_s=None if clock_skew_s is None or not math.isfinite(clock_skew_s) else clock_skew_s,
+        )

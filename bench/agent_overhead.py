@@ -1,0 +1,116 @@
+"""Agent overhead: CPU (% of one core) and RSS of `fleetprof agent` sampling N GPUs, shipping to a real HTTP sink.
+
+    .venv/bin/python bench/agent_overhead.py                      # 8 simulated GPUs, 1 Hz, 45 s
+    .venv/bin/python bench/agent_overhead.py --source nvml        # the real GPUs of this machine
+
+The agent runs as a real subprocess (`python -m fleetprof.cli agent`), with its 10 Hz peak sampling, spool
+(fsync'ed) and shipper; the sink is an HTTP server in this process that acknowledges every batch. With
+`fake:N` the device is the pynvml test double with the per-call latencies of agent/devices/fake.py (sleeping,
+with half of each sub-millisecond call spent spinning to stand for the kernel's share). Target: <= 1 % of one
+core and <= 80 MB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.batches = 0
+        self.samples = 0
+        self.bytes = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                sink.bytes += len(raw)
+                if self.headers.get("Content-Encoding") == "gzip":
+                    raw = gzip.decompress(raw)
+                body = json.loads(raw)
+                sink.batches += 1
+                sink.samples += len(body["samples"]["ts"])
+                data = json.dumps({"accepted": len(body["samples"]["ts"]), "duplicate": False,
+                                   "server_time": time.time()}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--source", default=None, help="fake:N (default, N = --gpus) or nvml")
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--duration", type=float, default=45.0, help="measured seconds (after the warm-up)")
+    ap.add_argument("--warmup", type=float, default=5.0)
+    args = ap.parse_args()
+    source = args.source or f"fake:{args.gpus}"
+    sink = Sink()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETPROF_INTERVAL_S": str(args.interval)}
+        cmd = [sys.executable, "-m", "fleetprof.cli", "agent", "--server", sink.url, "--token", "bench",
+               "--source", source, "--spool", str(Path(tmp) / "spool"), "--node", "bench", "--log-level", "WARNING"]
+        proc = psutil.Popen(cmd, cwd=REPO, env=env)
+        try:
+            time.sleep(args.warmup)
+            if proc.poll() is not None:
+                print(f"agent exited early with status {proc.returncode}", file=sys.stderr)
+                return 1
+            c0, t0, b0, s0 = proc.cpu_times(), time.monotonic(), sink.batches, sink.samples
+            rss: list[int] = []
+            while time.monotonic() - t0 < args.duration:
+                rss.append(proc.memory_info().rss)
+                time.sleep(1.0)
+            c1, t1 = proc.cpu_times(), time.monotonic()
+            batches, samples = sink.batches - b0, sink.samples - s0
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    wall = t1 - t0
+    user, system = c1.user - c0.user, c1.system - c0.system
+    cpu_pct = 100.0 * (user + system) / wall
+    rss_mb = max(rss) / 1e6
+    rows = [
+        ("source", source),
+        ("interval / peak sampling", f"{args.interval:g} s / 0.1 s"),
+        ("measured wall time", f"{wall:.1f} s (after {args.warmup:g} s warm-up)"),
+        ("CPU, % of one core", f"{cpu_pct:.2f} %  (user {100 * user / wall:.2f} %, system {100 * system / wall:.2f} %)"),
+        ("RSS max / last", f"{rss_mb:.1f} MB / {rss[-1] / 1e6:.1f} MB"),
+        ("batches / samples received", f"{batches} / {samples}  ({samples / wall:.1f} samples/s)"),
+        ("bytes on the wire (gzip)", f"{sink.bytes / 1e3:.0f} kB total"),
+        ("target", "<= 1 % of one core, <= 80 MB RSS: " + ("met" if cpu_pct <= 1.0 and rss_mb <= 80 else "NOT met")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print(f"{'agent overhead':<{width}}  value")
+    print(f"{'-' * width}  {'-' * 40}")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The Dash application factory: multi-page, data only through the REST API.
+
+The browser holds the token (sessionStorage, `dcc.Store(id="auth")`); every callback builds its API client from
+it, so the dashboard process keeps no per-user state. `/?token=...` signs in and then drops the token from the
+address bar.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate")
+
+
+def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float = 60.0,
+                    timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    """Build the dashboard for the API at `api_url`.
+
+    `token`, when given, is used by visitors who have not signed in: only for a single-user dashboard.
+    """
+    import dash
+    from dash import Input, Output, State, dcc, html
+    from dash.exceptions import PreventUpdate
+
+    from dashboard.client import ApiClient, ApiError
+    from dashboard.components import APP_CONFIG_KEY
+
+    app = dash.Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
+                    title="fleetprof", update_title=None, serve_locally=True)
+    default_scope = None
+    if token:
+        try:
+            with ApiClient(api_url, token, timeout_s=timeout_s) as c:
+                default_scope = c.scope()
+        except ApiError:
+            default_scope = None  # refused or unreachable now: treated as a reader until someone signs in
+    app.server.config[APP_CONFIG_KEY] = {"api_url": api_url.rstrip("/"), "default_token": token,
+                                         "default_scope": default_scope, "timeout_s": timeout_s,
+                                         "refresh_s": refresh_s}
+    for name in PAGE_MODULES:  # register_page runs once per process; callbacks once per app
+        importlib.import_module(f"dashboard.pages.{name}").register_callbacks(app)
+
+    app.layout = html.Div([
+        dcc.Location(id="url", refresh="callback-nav"),
+        dcc.Store(id="auth", storage_type="session"),
+        html.Header([
+            dcc.Link("fleetprof", href="/", className="brand"),
+            html.Nav(id="nav"),
+            html.Div([html.Span(id="whoami", className="whoami"),
+                      html.Button("Sign out", id="signout", n_clicks=0, className="link-button")],
+                     className="session"),
+        ], className="topbar"),
+        html.Main(dash.page_container, className="content"),
+    ])
+
+    @app.callback(Output("auth", "data"), Output("url", "search"), Input("url", "search"),
+                  State("auth", "data"))
+    def _sign_in_from_url(search: str | None, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        from urllib.parse import parse_qs
+
+        supplied = parse_qs((search or "").lstrip("?")).get("token", [None])[0]
+        if not supplied:
+            raise PreventUpdate
+        try:
+            with ApiClient(api_url, supplied, timeout_s=timeout_s) as c:
+                scope = c.scope()
+        except ApiError:
+            return None, ""  # a refused token signs out rather than keeping a stale session
+        return {"token": supplied, "scope": scope}, ""
+
+    @app.callback(Output("auth", "data", allow_duplicate=True), Output("url", "pathname", allow_duplicate=True),
+                  Input("signout", "n_clicks"), prevent_initial_call=True)
+    def _sign_out(n: int):  # type: ignore[no-untyped-def]
+        if not n:
+            raise PreventUpdate
+        return None, "/signin"
+
+    @app.callback(Output("nav", "children"), Output("whoami", "children"), Output("signout", "style"),
+                  Input("auth", "data"))
+    def _nav(auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        from dashboard.components import is_operator
+
+        signed_in = bool((auth or {}).get("token")) or bool(token)
+        operator = is_operator(auth)
+        links = [("Fleet", "/"), ("Nodes", "/nodes")] if operator else []
+        links += [("Jobs", "/jobs"), ("Estimator", "/estimate")]
+        nav = [dcc.Link(label, href=href, className="nav-link", id=f"nav-{label.lower()}") for label, href in links]
+        if not signed_in:
+            return [dcc.Link("Sign in", href="/signin", className="nav-link", id="nav-signin")], "not signed in", \
+                {"display": "none"}
+        who = "operator" if operator else "team / scheduler token"
+        if not (auth or {}).get("token"):
+            who += " (dashboard default)"
+        return nav, f"signed in: {who}", {}
+
+    return app

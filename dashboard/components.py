@@ -1,0 +1,103 @@
+"""Small layout pieces shared by the pages, and the per-request API client.
+
+Every user-supplied string reaches the page as a Dash component's text (escaped by React): nothing here
+builds HTML from strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dash import dcc, html
+
+from dashboard import format as fmt
+from dashboard.client import ApiClient, ApiError
+
+APP_CONFIG_KEY = "FLEETPROF_DASHBOARD"
+
+
+def client_for(auth: dict[str, Any] | None) -> ApiClient:
+    """The API client for this browser session's token (or the dashboard's default token, if it has one)."""
+    from flask import current_app
+
+    cfg = current_app.config[APP_CONFIG_KEY]
+    token = (auth or {}).get("token") or cfg["default_token"]
+    if not token:
+        raise ApiError(401, "not signed in")
+    return ApiClient(cfg["api_url"], token, timeout_s=cfg["timeout_s"])
+
+
+def is_operator(auth: dict[str, Any] | None) -> bool:
+    from flask import current_app
+
+    if auth and auth.get("token"):
+        return auth.get("scope") == "operator"
+    return current_app.config[APP_CONFIG_KEY]["default_scope"] == "operator"
+
+
+def error_box(exc: Exception | str, *, id: str | None = None) -> html.Div:
+    """An API error as a sentence a person can act on."""
+    if isinstance(exc, ApiError):
+        if exc.status == 401:
+            children: Any = ["Not signed in, or the token was refused. ", dcc.Link("Sign in", href="/signin"), "."]
+        elif exc.status in (403, 404):
+            children = f"Not found, or not visible to this token ({exc.status}): {exc.detail}"
+        elif exc.status == 0:
+            children = exc.detail
+        else:
+            children = f"The API answered {exc.status}: {exc.detail}"
+    else:
+        children = str(exc)
+    kwargs = {"id": id} if id else {}
+    return html.Div(children, className="error", role="alert", **kwargs)
+
+
+def kpi(label: str, value: str, source: str | None = None, *, id: str | None = None) -> html.Div:
+    """A figure with its unit (inside `value`) and where it came from."""
+    kwargs = {"id": id} if id else {}
+    return html.Div([
+        html.Div(label, className="kpi-label"),
+        html.Div(value, className="kpi-value", **({"id": f"{id}-value"} if id else {})),
+        html.Div(f"source: {source}" if source else "source: unknown", className="kpi-source"),
+    ], className="kpi", **kwargs)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, id: str | None = None,
+          empty: str = "nothing to show") -> html.Div | html.Table:
+    """A plain HTML table; cells are strings or Dash components (e.g. dcc.Link)."""
+    if not rows:
+        return html.Div(empty, className="empty", **({"id": id} if id else {}))
+    return html.Table([
+        html.Thead(html.Tr([html.Th(c) for c in columns])),
+        html.Tbody([html.Tr([html.Td(cell) for cell in row]) for row in rows]),
+    ], className="data", **({"id": id} if id else {}))
+
+
+def job_link(job_id: str) -> dcc.Link:
+    from urllib.parse import quote
+
+    return dcc.Link(job_id, href=f"/jobs/{quote(job_id, safe='')}")
+
+
+def node_link(node: str) -> dcc.Link:
+    from urllib.parse import quote
+
+    return dcc.Link(node, href=f"/nodes/{quote(node, safe='')}")
+
+
+def by_suffix(key: str, value: Any) -> str:
+    """Format a report field by the unit its name carries (bytes, s, J, W, %, fraction)."""
+    if value is None:
+        return fmt.UNKNOWN
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return fmt.text(value) if not isinstance(value, (dict, list)) else f"{len(value)} item(s)"
+    for suffix, f in (("_bytes", fmt.gib), ("_s", fmt.seconds), ("_j", fmt.energy), ("_w", fmt.watts),
+                      ("_pct", fmt.pct), ("_fraction", fmt.fraction_pct), ("_usd", fmt.usd), ("_g", fmt.grams)):
+        if key.endswith(suffix):
+            return f(value)
+    return fmt.count(value)
+
+
+def section(title: str, *children: Any, id: str | None = None) -> html.Section:
+    return html.Section([html.H3(title), *children], className="card", **({"id": id} if id else {}))

@@ -1,0 +1,79 @@
+"""Numbers as the dashboard prints them: always with a unit, and "unknown" (never 0) for a missing value."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+UNKNOWN = "unknown"
+GIB = 2**30
+
+
+def gib(n_bytes: float | None, digits: int = 2) -> str:
+    return UNKNOWN if n_bytes is None else f"{n_bytes / GIB:,.{digits}f} GiB"
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    return UNKNOWN if value is None else f"{value:.{digits}f} %"
+
+
+def fraction_pct(value: float | None, digits: int = 1) -> str:
+    return UNKNOWN if value is None else f"{100.0 * value:.{digits}f} %"
+
+
+def watts(value: float | None) -> str:
+    return UNKNOWN if value is None else f"{value:,.1f} W"
+
+
+def energy(joules: float | None) -> str:
+    """Joules, shown as kWh beyond 1 MJ (operators think in kWh), else kJ or J."""
+    if joules is None:
+        return UNKNOWN
+    if abs(joules) >= 1e6:
+        return f"{joules / 3.6e6:,.2f} kWh"
+    if abs(joules) >= 1e3:
+        return f"{joules / 1e3:,.1f} kJ"
+    return f"{joules:,.1f} J"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return UNKNOWN
+    if value < 1.0:
+        return f"{value * 1e3:,.1f} ms"
+    if value < 120.0:
+        return f"{value:,.2f} s"
+    if value < 7200.0:
+        return f"{value / 60:,.1f} min"
+    return f"{value / 3600:,.1f} h"
+
+
+def grams(value: float | None) -> str:
+    if value is None:
+        return UNKNOWN
+    return f"{value / 1e3:,.2f} kg CO2e" if value >= 1e3 else f"{value:,.1f} g CO2e"
+
+
+def usd(value: float | None) -> str:
+    return UNKNOWN if value is None else f"${value:,.2f}" if value >= 0.01 else f"${value:,.4f}"
+
+
+def count(value: int | float | None, unit: str = "") -> str:
+    if value is None:
+        return UNKNOWN
+    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    return f"{text} {unit}".rstrip()
+
+
+def hours(value: float | None) -> str:
+    return UNKNOWN if value is None else f"{value:,.1f} GPU-h"
+
+
+def timestamp(epoch_s: float | None) -> str:
+    if epoch_s is None:
+        return UNKNOWN
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def text(value: object) -> str:
+    """A user-supplied string for display (Dash escapes it; this only maps None to 'unknown')."""
+    return UNKNOWN if value is None or value == "" else str(value)

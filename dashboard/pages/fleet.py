@@ -1,0 +1,128 @@
+"""Fleet overview (operators): KPIs, utilization heatmap, headroom distribution, wasteful jobs, energy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, dcc, html
+
+dash.register_page(__name__, path="/", name="Fleet", title="fleetprof · fleet", order=0)
+
+WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
+_GRAPH_CONFIG = {"displaylogo": False}
+
+
+def layout(**_: Any) -> html.Div:
+    from flask import current_app
+
+    from dashboard.components import APP_CONFIG_KEY
+
+    refresh_ms = int(current_app.config[APP_CONFIG_KEY]["refresh_s"] * 1000)
+    return html.Div([
+        html.Div([
+            html.H2("Fleet overview"),
+            html.Label(["window ", dcc.Dropdown(id="fleet-window", options=[{"label": k, "value": v}
+                                                                           for k, v in WINDOWS],
+                                                value="24h", clearable=False, className="dropdown")]),
+            html.Span(id="fleet-updated", className="muted"),
+        ], className="page-head"),
+        dcc.Interval(id="fleet-interval", interval=refresh_ms, n_intervals=0),
+        html.Div(id="fleet-kpis", className="kpis"),
+        dcc.Loading(dcc.Graph(id="fleet-heatmap", config=_GRAPH_CONFIG), type="dot"),
+        html.Div([
+            html.Div(dcc.Graph(id="fleet-energy", config=_GRAPH_CONFIG), className="half"),
+            html.Div(dcc.Graph(id="fleet-headroom", config=_GRAPH_CONFIG), className="half"),
+        ], className="row"),
+        html.Section([html.H3("Most wasteful jobs"), html.Div(id="fleet-wasteful")], className="card"),
+        html.Section([html.H3("Idle GPUs now"), html.Div(id="fleet-idle")], className="card"),
+    ])
+
+
+def kpi_cards(summary: dict[str, Any]) -> list[html.Div]:
+    from dashboard import format as fmt
+    from dashboard.components import kpi
+
+    sources = summary.get("sources") or {}
+    total, reporting = summary.get("gpus_total"), summary.get("gpus_reporting")
+    return [
+        kpi("GPUs", f"{fmt.count(total)} ({fmt.count(reporting)} reporting)", "inventory + gpu_hourly rollups",
+            id="kpi-gpus"),
+        kpi("Busy share", fmt.fraction_pct(summary.get("busy_fraction")),
+            f"{sources.get('gpu_hours', 'gpu_hourly rollups')}: busy GPU-hours / GPU-hours "
+            f"({fmt.hours(summary.get('busy_gpu_hours'))} of {fmt.hours(summary.get('gpu_hours'))})",
+            id="kpi-busy"),
+        kpi("Idle GPUs now", f"{fmt.count(summary.get('idle_gpus_now'))} GPUs",
+            "NVML gpu_util_pct of the latest sample (last 5 min)", id="kpi-idle"),
+        kpi("Energy over window", fmt.energy(summary.get("energy_j")), summary.get("energy_source"),
+            id="kpi-energy"),
+        kpi("Stranded memory", fmt.gib(summary.get("stranded_memory_bytes")),
+            sources.get("stranded_memory_bytes"), id="kpi-stranded"),
+    ]
+
+
+def wasteful_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
+    from dashboard import format as fmt
+    from dashboard.components import job_link
+
+    return [[job_link(j["job_id"]), fmt.text(j.get("team")), fmt.count(j.get("gpu_count"), "GPUs"),
+             fmt.pct(j.get("gpu_mean_pct")), fmt.gib(j.get("stranded_memory_bytes")),
+             fmt.energy(j.get("idle_energy_j"))] for j in jobs]
+
+
+def register_callbacks(app: dash.Dash) -> None:
+    from dashboard import figures
+    from dashboard import format as fmt
+    from dashboard.client import ApiError
+    from dashboard.components import client_for, error_box, is_operator, node_link, table
+
+    inputs = (Input("fleet-window", "value"), Input("fleet-interval", "n_intervals"), Input("auth", "data"))
+
+    def _need_operator(auth: dict[str, Any] | None) -> html.Div | None:
+        if is_operator(auth):
+            return None
+        return html.Div(["The fleet overview needs an operator token. See ", dcc.Link("your jobs", href="/jobs"),
+                         " or ", dcc.Link("sign in", href="/signin"), " as an operator."], className="error",
+                        id="fleet-need-operator")
+
+    @app.callback(Output("fleet-kpis", "children"), Output("fleet-wasteful", "children"),
+                  Output("fleet-idle", "children"), Output("fleet-updated", "children"), *inputs)
+    def _summary(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        if (msg := _need_operator(auth)) is not None:
+            return msg, "", "", ""
+        try:
+            with client_for(auth) as c:
+                s = c.fleet_summary(window)
+        except ApiError as exc:
+            return error_box(exc, id="fleet-error"), "", "", ""
+        wasteful = table(["job", "team", "GPUs", "mean GPU util", "stranded memory", "idle energy"],
+                         wasteful_rows(s.get("most_wasteful_jobs") or []), id="fleet-wasteful-table",
+                         empty="no job reports in this window")
+        idle = table(["node", "GPU", "model", "uuid"],
+                     [[node_link(g["node"]), str(g["index"]), fmt.text(g.get("name")), g["uuid"]]
+                      for g in s.get("idle_gpus") or []], empty="no idle GPUs reporting now")
+        return kpi_cards(s), wasteful, idle, f"updated {fmt.timestamp(s.get('generated_at'))}"
+
+    @app.callback(Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"), *inputs)
+    def _timeline(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        if not is_operator(auth):
+            empty = figures.empty_figure("operator token needed")
+            return empty, empty
+        try:
+            with client_for(auth) as c:
+                t = c.fleet_timeline(window)
+        except ApiError as exc:
+            empty = figures.empty_figure(f"timeline unavailable: {exc}")
+            return empty, empty
+        return figures.utilization_heatmap(t), figures.energy_over_time(t)
+
+    @app.callback(Output("fleet-headroom", "figure"), *inputs)
+    def _headroom(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        if not is_operator(auth):
+            return figures.empty_figure("operator token needed")
+        try:
+            with client_for(auth) as c:
+                return figures.headroom_histogram(c.fleet_headroom(window))
+        except ApiError as exc:
+            return figures.empty_figure(f"headroom unavailable: {exc}")
+

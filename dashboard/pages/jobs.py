@@ -1,0 +1,80 @@
+"""Jobs: filter by team, state and time; search by job id or name."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+dash.register_page(__name__, path="/jobs", name="Jobs", title="fleetprof · jobs", order=2)
+
+PAGE_SIZE = 50
+STATES = ("pending", "running", "finished", "failed", "killed", "oom")
+WINDOWS = (("any time", ""), ("last hour", "3600"), ("last 24 hours", "86400"), ("last 7 days", "604800"),
+           ("last 30 days", "2592000"))
+
+
+def layout(team: str | None = None, state: str | None = None, q: str | None = None, **_: Any) -> html.Div:
+    return html.Div([
+        html.H2("Jobs"),
+        html.Div([
+            dcc.Input(id="jobs-q", type="search", placeholder="search job id or name", debounce=True,
+                      value=q or "", className="text-input"),
+            dcc.Input(id="jobs-team", type="text", placeholder="team", debounce=True, value=team or "",
+                      className="text-input"),
+            dcc.Dropdown(id="jobs-state", options=[{"label": s, "value": s} for s in STATES],
+                         value=state if state in STATES else None, placeholder="any state", className="dropdown"),
+            dcc.Dropdown(id="jobs-window", options=[{"label": k, "value": v} for k, v in WINDOWS], value="",
+                         clearable=False, className="dropdown"),
+        ], className="filters"),
+        dcc.Store(id="jobs-offset", data=0),
+        dcc.Loading(html.Div(id="jobs-table"), type="dot"),
+        html.Div([html.Button("← previous", id="jobs-prev", n_clicks=0),
+                  html.Span(id="jobs-count", className="muted"),
+                  html.Button("next →", id="jobs-next", n_clicks=0)], className="pager"),
+    ])
+
+
+def job_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    from dashboard import format as fmt
+    from dashboard.components import job_link
+
+    return [[job_link(j["job_id"]), fmt.text(j.get("name")), fmt.text(j.get("team")), j["state"],
+             fmt.text(j.get("node")), fmt.count(len(j.get("gpu_uuids") or []), "GPUs"),
+             fmt.timestamp(j.get("started_at")), fmt.seconds(j.get("duration_s"))] for j in items]
+
+
+def register_callbacks(app: dash.Dash) -> None:
+    from dashboard.client import ApiError
+    from dashboard.components import client_for, error_box, table
+
+    filters = (Input("jobs-q", "value"), Input("jobs-team", "value"), Input("jobs-state", "value"),
+               Input("jobs-window", "value"))
+
+    @app.callback(Output("jobs-offset", "data"), Input("jobs-prev", "n_clicks"), Input("jobs-next", "n_clicks"),
+                  *filters, State("jobs-offset", "data"), prevent_initial_call=True)
+    def _page(_p: int, _n: int, _q: str, _t: str, _s: str, _w: str, offset: int):  # type: ignore[no-untyped-def]
+        trigger = dash.ctx.triggered_id
+        if trigger == "jobs-next":
+            return offset + PAGE_SIZE
+        if trigger == "jobs-prev":
+            return max(0, offset - PAGE_SIZE)
+        return 0  # a filter changed: back to the first page
+
+    @app.callback(Output("jobs-table", "children"), Output("jobs-count", "children"),
+                  Input("jobs-offset", "data"), *filters, Input("auth", "data"))
+    def _jobs(offset: int, q: str, team: str, state: str, window: str,  # type: ignore[no-untyped-def]
+              auth: dict[str, Any] | None):
+        since = time.time() - float(window) if window else None
+        try:
+            with client_for(auth) as c:
+                page = c.jobs(q=(q or "").strip() or None, team=(team or "").strip() or None, state=state,
+                              since=since, limit=PAGE_SIZE, offset=offset or 0)
+        except ApiError as exc:
+            return error_box(exc), ""
+        rows = job_rows(page["items"])
+        shown = f"{offset + 1}–{offset + len(rows)} of {page['total']} jobs" if rows else f"{page['total']} jobs"
+        return table(["job", "name", "team", "state", "node", "GPUs", "started", "duration"], rows, id="jobs-list",
+                     empty="no jobs match"), shown

@@ -1,0 +1,77 @@
+"""Nodes (operators): inventory, health, last seen; node detail with its GPUs and current jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, dcc, html
+
+dash.register_page(__name__, path="/nodes", name="Nodes", title="fleetprof · nodes", order=1)
+dash.register_page(f"{__name__}.detail", path_template="/nodes/<node>", name="Node",
+                   title="fleetprof · node", layout=lambda node=None, **_: detail_layout(node))
+
+
+def layout(**_: Any) -> html.Div:
+    return html.Div([html.H2("Nodes"), dcc.Loading(html.Div(id="nodes-table"), type="dot")])
+
+
+def detail_layout(node: str | None) -> html.Div:
+    from urllib.parse import unquote
+
+    name = unquote(node or "")
+    return html.Div([
+        dcc.Store(id="node-name", data=name),
+        html.H2(["Node ", html.Span(name, id="node-title")]),
+        dcc.Loading(html.Div(id="node-detail"), type="dot"),
+    ])
+
+
+def register_callbacks(app: dash.Dash) -> None:
+    from dashboard import format as fmt
+    from dashboard.client import ApiError
+    from dashboard.components import client_for, error_box, job_link, node_link, section, table
+
+    @app.callback(Output("nodes-table", "children"), Input("auth", "data"))
+    def _nodes(auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        try:
+            with client_for(auth) as c:
+                nodes, gpus = c.nodes(), c.gpus()
+        except ApiError as exc:
+            return error_box(exc)
+        unhealthy: dict[str, int] = {}
+        for g in gpus:
+            if not g["healthy"]:
+                unhealthy[g["node"]] = unhealthy.get(g["node"], 0) + 1
+        rows = [[node_link(n["name"]), fmt.count(n["gpu_count"]),
+                 f"{unhealthy.get(n['name'], 0)} unhealthy" if unhealthy.get(n["name"]) else "healthy",
+                 fmt.text(n.get("source")), fmt.text(n.get("driver_version")), fmt.text(n.get("cuda_version")),
+                 fmt.timestamp(n.get("last_seen_at")), fmt.count(n.get("dropped_samples_total"), "samples"),
+                 fmt.seconds(abs(n["clock_skew_s"])) if n.get("clock_skew_s") is not None else fmt.UNKNOWN]
+                for n in nodes]
+        return table(["node", "GPUs", "health", "source", "driver", "CUDA", "last seen", "dropped", "clock skew"],
+                     rows, id="nodes-list", empty="no nodes have reported yet")
+
+    @app.callback(Output("node-detail", "children"), Input("node-name", "data"), Input("auth", "data"))
+    def _detail(name: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        try:
+            with client_for(auth) as c:
+                gpus = c.gpus(node=name)
+                running = c.jobs(state="running", limit=1000)["items"]
+        except ApiError as exc:
+            return error_box(exc)
+        if not gpus:
+            return error_box(f"no GPUs known on node {name!r}")
+        uuids = {g["uuid"] for g in gpus}
+        jobs = [j for j in running if j.get("node") == name or uuids.intersection(j.get("gpu_uuids") or [])]
+        gpu_rows = [[str(g["index"]), fmt.text(g["name"]), fmt.gib(g.get("memory_total_bytes")),
+                     "healthy" if g["healthy"] else "UNHEALTHY", fmt.watts(g.get("power_limit_w")),
+                     fmt.text(g.get("power_source")), fmt.text(g.get("mig_parent_uuid") and "MIG"),
+                     fmt.timestamp(g.get("last_seen_at")), g["uuid"]] for g in gpus]
+        job_rows = [[job_link(j["job_id"]), fmt.text(j.get("name")), fmt.text(j.get("team")),
+                     fmt.count(len(j.get("gpu_uuids") or []), "GPUs"), fmt.timestamp(j.get("started_at"))]
+                    for j in jobs]
+        return [section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG",
+                                       "last seen", "uuid"], gpu_rows, id="node-gpus")),
+                section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,
+                                              id="node-jobs", empty="no running job on this node"))]

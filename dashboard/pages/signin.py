@@ -1,0 +1,48 @@
+"""Sign in with an API token (kept in this browser tab's session storage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+
+dash.register_page(__name__, path="/signin", name="Sign in", title="fleetprof · sign in")
+
+
+def layout(**_: Any) -> html.Div:
+    return html.Div([
+        html.H2("Sign in"),
+        html.P("Paste a fleetprof API token (`fleetprof token create --scope operator`, or a team token). "
+               "It is kept in this browser tab only and sent to the API with each request."),
+        dcc.Input(id="signin-token", type="password", placeholder="token", autoComplete="off",
+                  className="token-input", debounce=False),
+        html.Button("Sign in", id="signin-submit", n_clicks=0),
+        html.Div(id="signin-message"),
+    ], className="card narrow")
+
+
+def register_callbacks(app: dash.Dash) -> None:
+    from dashboard.client import ApiError
+    from dashboard.components import APP_CONFIG_KEY, error_box
+
+    @app.callback(Output("auth", "data", allow_duplicate=True), Output("url", "pathname", allow_duplicate=True),
+                  Output("signin-message", "children"),
+                  Input("signin-submit", "n_clicks"), Input("signin-token", "n_submit"),
+                  State("signin-token", "value"), prevent_initial_call=True)
+    def _sign_in(_clicks: int, _submit: int, token: str | None):  # type: ignore[no-untyped-def]
+        from flask import current_app
+
+        from dashboard.client import ApiClient
+
+        token = (token or "").strip()
+        if not token:
+            raise PreventUpdate
+        cfg = current_app.config[APP_CONFIG_KEY]
+        try:
+            with ApiClient(cfg["api_url"], token, timeout_s=cfg["timeout_s"]) as c:
+                scope = c.scope()
+        except ApiError as exc:
+            return dash.no_update, dash.no_update, error_box(exc if exc.status != 401 else "token refused (401)")
+        return {"token": token, "scope": scope}, "/" if scope == "operator" else "/jobs", ""

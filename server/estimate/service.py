@@ -1,0 +1,273 @@
+"""The estimate itself, in-process: trace, replay through the allocator per GPU, search the batch size,
+roofline time and energy. Runs inside the worker started by `runner.run_estimate`, never in the API."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
+from server.estimate.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
+from server.estimate.calibration import calibration_for
+from server.estimate.errors import AbsurdRequestError, UnknownGpuError
+from server.estimate.models import ResolvedModel, resolve
+from server.estimate.roofline import EFFICIENCY, power_fraction, step_time
+from server.estimate.schemas import MAX_BATCH_SIZE, EstimateRequest, EstimateResponse, GpuFit, RooflineEstimate
+from server.estimate.trace_step import StepSettings, StepTrace, trace_step
+from server.estimate.tracer import Trace
+
+MAX_BYTES = 10**15  # 1 PB: no device or cluster of devices holds a step this large
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
+
+
+def _check_absurd(request: EstimateRequest) -> None:
+    if request.batch_size > MAX_BATCH_SIZE:
+        raise AbsurdRequestError(f"batch_size {request.batch_size} is above the limit of {MAX_BATCH_SIZE}")
+    for spec in request.inputs:
+        if any(d < 1 for d in spec.shape):
+            raise AbsurdRequestError(f"input shape {spec.shape} has a dimension below 1")
+        nbytes = request.batch_size * math.prod(spec.shape) * _DTYPE_BYTES[spec.dtype]
+        if nbytes > MAX_BYTES:
+            raise AbsurdRequestError(
+                f"input {spec.name or 'positional'} of shape [{request.batch_size}, {', '.join(map(str, spec.shape))}] "
+                f"alone is {nbytes / 1e15:.1f} PB"
+            )
+
+
+def _gpus(names: list[str] | None) -> list[GpuModel]:
+    if names is None:
+        return list(load_catalog())
+    found = []
+    for name in names:
+        gpu = find_model(name)
+        if gpu is None:
+            known = ", ".join(m.name for m in load_catalog())
+            raise UnknownGpuError(f"unknown GPU type {name!r}; known: {known}")
+        found.append(gpu)
+    return found
+
+
+@dataclass
+class _Fit:
+    stats: AllocatorStats
+    fits: bool
+
+
+class _Estimator:
+    """Traces per batch size (cached) and allocator replays per (batch size, GPU)."""
+
+    def __init__(self, resolved: ResolvedModel, settings: StepSettings) -> None:
+        self.resolved = resolved
+        self.settings = settings
+        self.traces: dict[int, StepTrace] = {}
+        self._replays: dict[tuple[int, int, int | None], _Fit] = {}
+        self._affine: tuple[list[tuple[int, int, int]], Trace] | None = None
+
+    def trace(self, batch_size: int) -> StepTrace:
+        st = self.traces.get(batch_size)
+        if st is None:
+            st = trace_step(self.resolved, self.settings, batch_size)
+            peak = st.trace.peak_requested_bytes()
+            if peak > MAX_BYTES:
+                raise AbsurdRequestError(
+                    f"batch size {batch_size} needs {peak / 1e15:.1f} PB of device memory for one step"
+                )
+            self.traces[batch_size] = st
+        return st
+
+    def fit_affine(self, b1: int) -> bool:
+        """Try the affine model: trace b1 and b1 + 1; every event's size must be a + c x batch with integer
+        a, c and the same event order; a third trace at 2 x b1 + 3 must match it byte for byte. Then the
+        search replays synthesized traces instead of tracing (seconds instead of minutes on large models)."""
+        b2, b3 = b1 + 1, 2 * b1 + 3
+        try:
+            t1, t2, t3 = (self.trace(b).trace for b in (b1, b2, b3))
+        except AbsurdRequestError:
+            return False
+        if not (len(t1.events) == len(t2.events) == len(t3.events)) or t1.baseline_events != t2.baseline_events:
+            return False
+        coeffs = []
+        for (k1, n1), (k2, n2), (k3, n3) in zip(t1.events, t2.events, t3.events):
+            slope = n2 - n1
+            base = n1 - slope * b1
+            if k1 != k2 or k1 != k3 or (n1 > 0) != (n2 > 0) or n3 != base + slope * b3:
+                return False
+            coeffs.append((k1, base, slope))
+        self._affine = (coeffs, t1)
+        return True
+
+    def _events_at(self, batch_size: int) -> tuple[list[tuple[int, int]], Trace]:
+        if self._affine is not None and batch_size not in self.traces:
+            coeffs, template = self._affine
+            events = [(k, base + slope * batch_size) for k, base, slope in coeffs]
+            if all(n != 0 for _, n in events):
+                peak = live = 0
+                for _, n in events:
+                    live += n
+                    peak = max(peak, live)
+                if peak > MAX_BYTES:
+                    raise AbsurdRequestError(f"batch size {batch_size} needs {peak / 1e15:.1f} PB of device memory")
+                return events, template
+        trace = self.trace(batch_size).trace
+        return trace.events, trace
+
+    def events(self, batch_size: int, workspace_bytes: int) -> list[tuple[int, int]]:
+        events, trace = self._events_at(batch_size)
+        if not workspace_bytes or not any(op.kind in ("matmul", "attention") for op in trace.ops):
+            return events
+        # the cuBLAS workspace is allocated at the first GEMM and kept for the process's life
+        n = trace.baseline_events
+        return [*events[:n], (-1, workspace_bytes), *events[n:]]
+
+    def replay(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
+        key = (batch_size, workspace_bytes, capacity_bytes)
+        hit = self._replays.get(key)
+        if hit is None:
+            hit = self._replays[key] = self._replay(batch_size, workspace_bytes, capacity_bytes)
+        return hit
+
+    def _replay(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
+        sim = CachingAllocatorSim(capacity_bytes)
+        try:
+            return _Fit(sim.replay(self.events(batch_size, workspace_bytes)), True)
+        except SimulatedOutOfMemory:
+            return _Fit(sim.stats, False)
+
+    def max_batch(self, gpu: GpuModel, start: int, fits_start: bool, deadline: float) -> tuple[int, bool]:
+        """Largest batch that fits: (value, exact). Memory is close to affine in the batch size, so each probe
+        is the secant guess through the two nearest traced sizes (exponential growth while no upper bound is
+        known), with bisection whenever a guess fails to halve the bracket. `exact` is False when the time
+        ran out (the value is then a lower bound)."""
+        cal = calibration_for(gpu)
+        capacity = gpu.memory_bytes - cal.context_bytes
+        ws = cal.cublas_workspace_bytes
+        lo, hi = (start, None) if fits_start else (0, start)
+        bisect_next = False
+        while hi is None or hi - lo > 1:
+            if time.monotonic() > deadline:
+                return lo, False
+            upper = MAX_BATCH_SIZE + 1 if hi is None else hi
+            if lo >= MAX_BATCH_SIZE:
+                return lo, True
+            guess = self._secant(lo, hi, ws, capacity)
+            if bisect_next or guess is None:
+                guess = lo * 2 if hi is None else (lo + hi) // 2
+            guess = min(max(guess, lo + 1), upper - 1)
+            if hi is None:
+                guess = min(guess, max(lo * 4, 1))  # never jump more than 4x past a traced size
+            try:
+                ok = self.replay(guess, ws, capacity).fits
+            except AbsurdRequestError:
+                ok = False
+            width = upper - lo
+            lo, hi = (guess, hi) if ok else (lo, guess)
+            bisect_next = hi is not None and (hi - lo) * 2 > width
+        return lo, True
+
+    def _secant(self, lo: int, hi: int | None, ws: int, capacity: int) -> int | None:
+        known = sorted({b for b, _, _ in self._replays if b >= 1})
+        if len(known) < 2:
+            return None
+        # the two traced sizes nearest the bracket
+        anchor = [b for b in known if b <= max(lo, 1)][-1:] or known[:1]
+        other = [b for b in known if b != anchor[0]]
+        b2 = min(other, key=lambda b: abs(b - (hi or lo)))
+        b1 = anchor[0]
+        r1 = self.replay(b1, ws, None).stats.peak_reserved_bytes
+        r2 = self.replay(b2, ws, None).stats.peak_reserved_bytes
+        if b1 == b2 or r2 == r1:
+            return None
+        slope = (r2 - r1) / (b2 - b1)
+        if slope <= 0:
+            return None
+        return int(b1 + (capacity - r1) / slope)
+
+
+ASSUMPTIONS = [
+    "One training step = forward + loss (inside the autocast region for AMP) + backward + optimizer.step() + "
+    "zero_grad(set_to_none=True); the second of two traced steps is the steady state (optimizer state exists).",
+    "batch_size is the micro-batch per GPU; with grad_accumulation > 1 two micro-batches are traced (the rest "
+    "repeat the second) and time scales with the number of micro-batches.",
+    "AMP follows torch.autocast('cuda') op lists (emulated on meta); GradScaler state (a few scalars) is ignored.",
+    "scaled_dot_product_attention uses a fused kernel (flash / memory-efficient), as CUDA picks for these inputs.",
+    "Optimizer 'foreach' implementation (PyTorch's CUDA default) including its transient per-step buffers.",
+    "Allocator: PyTorch's native CUDA caching allocator defaults (no expandable_segments, max_split_size "
+    "unlimited), one stream; cuDNN convolution workspaces are not modelled (CNN estimates may run low by up "
+    "to the largest workspace cuDNN picks).",
+    "Context and cuBLAS workspace per GPU from calibration.json: literature-derived, not measured here.",
+    f"Roofline: per op max(FLOPs / (peak x {EFFICIENCY.compute_fraction}), bytes / (bandwidth x "
+    f"{EFFICIENCY.memory_fraction}), {EFFICIENCY.launch_floor_s * 1e6:.0f} us); band from the pure roofline "
+    f"at 100% peak to {EFFICIENCY.high_factor}x the central value. Energy = time x TDP x (0.5 + 0.35 x "
+    "compute-bound share of the time); band +-0.15 of TDP on the power fraction.",
+]
+
+
+def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0) -> EstimateResponse:
+    started = time.monotonic()
+    _check_absurd(request)
+    gpus = _gpus(request.gpu_types)
+    resolved = resolve(request.model, request.inputs, request.seq_len, request.target)
+    settings = StepSettings(
+        optimizer=request.optimizer, optimizer_impl=request.optimizer_impl, precision=request.precision,
+        grad_accumulation=request.grad_accumulation, activation_checkpointing=request.activation_checkpointing,
+    )
+    est = _Estimator(resolved, settings)
+    st = est.trace(request.batch_size)
+    base = est.replay(request.batch_size, 0, None).stats
+
+    # time: ops of the last traced step; forward/backward scaled to the requested micro-batch count
+    _, op_start = st.marks["step1"]
+    _, op_opt = st.marks["step1_optimizer"]
+    _, op_end = st.marks["end"]
+    fwd_bwd, opt_ops = st.trace.ops[op_start:op_opt], st.trace.ops[op_opt:op_end]
+    micro_scale = request.grad_accumulation / settings.traced_micro_batches
+    autocast = {"amp_fp16": "fp16", "amp_bf16": "bf16"}.get(request.precision)
+    deadline = started + search_budget_s
+    if request.search_max_batch:
+        est.fit_affine(request.batch_size)
+
+    results = []
+    for gpu in gpus:
+        cal = calibration_for(gpu)
+        capacity = gpu.memory_bytes - cal.context_bytes
+        unlimited = est.replay(request.batch_size, cal.cublas_workspace_bytes, None)
+        limited = est.replay(request.batch_size, cal.cublas_workspace_bytes, capacity)
+        fits = limited.fits
+        reserved = (limited if fits else unlimited).stats.peak_reserved_bytes
+        device_total = reserved + cal.context_bytes
+        max_batch, exact = (None, False)
+        if request.search_max_batch:
+            max_batch, exact = est.max_batch(gpu, request.batch_size, fits, deadline)
+        t_fb = step_time(fwd_bwd, gpu, autocast)
+        t_opt = step_time(opt_ops, gpu, autocast)
+        central = t_fb.central_s * micro_scale + t_opt.central_s
+        low = t_fb.low_s * micro_scale + t_opt.low_s
+        high = t_fb.high_s * micro_scale + t_opt.high_s
+        compute_share = (t_fb.compute_bound_fraction * t_fb.central_s * micro_scale
+                         + t_opt.compute_bound_fraction * t_opt.central_s) / central if central else 0.0
+        pf = power_fraction(compute_share)
+        results.append(GpuFit(
+            gpu=gpu.name, memory_total_bytes=gpu.memory_bytes, context_bytes=cal.context_bytes,
+            cublas_workspace_bytes=cal.cublas_workspace_bytes,
+            peak_allocated_bytes=unlimited.stats.peak_allocated_bytes,
+            peak_reserved_bytes=reserved, device_total_bytes=device_total, fits=fits,
+            headroom_bytes=gpu.memory_bytes - device_total, max_batch_size=max_batch, max_batch_size_exact=exact,
+            roofline=RooflineEstimate(
+                time_per_step_s=central, time_per_step_low_s=low, time_per_step_high_s=high,
+                compute_bound_fraction=compute_share,
+                energy_per_step_j=central * gpu.tdp_w * pf,
+                energy_per_step_low_j=low * gpu.tdp_w * max(pf - 0.15, 0.2),
+                energy_per_step_high_j=high * gpu.tdp_w * min(pf + 0.15, 1.0),
+            ),
+            calibration_source=cal.source + ("" if cal.measured else " (not measured)"),
+        ))
+    return EstimateResponse(
+        model_name=resolved.name, parameter_count=st.parameter_count, parameter_bytes=st.parameter_bytes,
+        batch_size=request.batch_size, precision=request.precision, optimizer=request.optimizer,
+        peak_requested_bytes=base.peak_requested_bytes, peak_allocated_bytes=base.peak_allocated_bytes,
+        peak_reserved_bytes=base.peak_reserved_bytes, allocations=st.trace.allocations,
+        flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
+        bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
+        gpus=results, assumptions=ASSUMPTIONS, elapsed_s=time.monotonic() - started,
+    )

@@ -1,0 +1,109 @@
+"""The whole agent: devices -> sampler -> spool -> shipper -> collector double, across outages and restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.config import AgentSettings
+from agent.daemon import Agent, SourceError, open_devices, run_agent
+from agent.devices.nvml import NvmlDevices
+from tests.agent.collector import Collector
+from tests.agent.conftest import make_fake
+
+SMI_CAPTURE = "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+
+
+def settings(tmp_path: Path, collector: Collector, **kw: object) -> AgentSettings:
+    base: dict[str, object] = dict(server_url=collector.url, token="tok", spool_dir=tmp_path / "spool",
+                                   interval_s=0.05, fast_interval_s=0.01, batch_interval_s=0.1,
+                                   ship_backoff_max_s=0.1, node_name="node-a", http_timeout_s=2.0)
+    base.update(kw)
+    return AgentSettings(**base)  # type: ignore[arg-type]
+
+
+def run_for(agent: Agent, seconds: float, during: object = None) -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=agent.run, args=(stop,))
+    t.start()
+    try:
+        time.sleep(seconds)
+        if callable(during):
+            during()
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+
+
+def test_outage_and_restart_deliver_every_sample_exactly_once(tmp_path: Path, collector: Collector) -> None:
+    s = settings(tmp_path, collector)
+    collector.down()
+    first = Agent(s, NvmlDevices(make_fake(2)))
+    run_for(first, 0.6)  # the collector never answered: everything stays spooled
+    assert first.samples_spooled > 0 and not collector.batches
+
+    collector.up()
+    second = Agent(s, NvmlDevices(make_fake(2)))
+
+    def outage() -> None:
+        collector.down()
+        time.sleep(0.5)
+        collector.up()
+        time.sleep(0.5)
+
+    run_for(second, 0.3, during=outage)
+    rows = collector.rows()
+    assert len(rows) == len(set(rows)) == first.samples_spooled + second.samples_spooled
+    assert {agent for agent, _ in collector.batches} == {first.agent_id, second.agent_id}
+    last = max(collector.batches.values(), key=lambda b: (b.agent_id == second.agent_id, b.seq))
+    assert last.clock_skew_s is not None and abs(last.clock_skew_s) < 1.0
+    assert len(second.spool) == 0
+
+
+def test_replay_source_runs_as_if_live(tmp_path: Path, collector: Collector, shared_data: Path) -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=run_agent, args=(settings(tmp_path, collector),),
+                         kwargs={"source": f"replay:{shared_data / SMI_CAPTURE}", "stop": stop})
+    t.start()
+    try:
+        assert collector.wait_for(lambda: len(collector.rows()) >= 3)
+    finally:
+        stop.set()
+        t.join(10)
+    b = next(iter(collector.batches.values()))
+    assert b.source == "replay" and b.gpus[0].name == "NVIDIA H100 80GB HBM3"
+    assert b.gpus[0].power_source == "nvidia-smi:power.draw"
+    assert b.samples.power_w and b.samples.power_w[0] == pytest.approx(69.85)
+    assert b.samples.memory_total_bytes == [85_520_809_984] * len(b.samples)
+
+
+def test_unknown_sources_are_refused() -> None:
+    for bad in ("cuda", "replay:", "fake:x", "replay:/nonexistent/file.csv"):
+        with pytest.raises(SourceError):
+            open_devices(bad)
+
+
+def test_cli_agent_stops_cleanly_on_sigterm(tmp_path: Path, collector: Collector, shared_data: Path,
+                                            repo_root: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(repo_root), "FLEETPROF_INTERVAL_S": "0.1",
+           "FLEETPROF_BATCH_INTERVAL_S": "0.2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetprof.cli", "agent", "--server", collector.url, "--token", "t",
+         "--source", f"replay:{shared_data / SMI_CAPTURE}", "--spool", str(tmp_path / "spool"), "--node", "cli-node"],
+        cwd=repo_root, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert collector.wait_for(lambda: len(collector.batches) >= 2, timeout_s=20)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert all(b.node == "cli-node" for b in collector.batches.values())
+    assert "stopping" in err

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import numpy as np
+
+from server.analysis.jobdata import GpuSeries, StepSeries
+from server.analysis.memory import detect_oom, framework_peaks, gpu_memory
+
+from .realdata import MIB, capture_series, query_gpu_row
+
+GIB = 2**30
+
+
+def test_real_capture_peak_and_headroom(shared_data):
+    for path in sorted((shared_data / "nvidia-smi").glob("*.txt")):
+        g = capture_series(path)
+        load = query_gpu_row(path, "load")
+        idle = query_gpu_row(path, "idle")
+        used = max(float(load["memory.used [MiB]"].split()[0]), float(idle["memory.used [MiB]"].split()[0])) * MIB
+        total = float(load["memory.total [MiB]"].split()[0]) * MIB
+        m = gpu_memory(g)
+        assert m.peak_used_bytes == used
+        assert m.headroom_bytes == total - used
+        assert m.source == "nvml"
+        assert m.pinned_s == 0.0  # none of the captures is near capacity
+
+
+def test_interval_max_wins_where_present_and_point_sample_elsewhere():
+    ts = np.arange(4.0)
+    used = np.array([1.0, 5.0, 2.0, 2.0]) * GIB
+    used_max = np.array([3.0, np.nan, 2.5, np.nan]) * GIB
+    g = GpuSeries("g", None, 8 * GIB, ts, {"memory_used_bytes": used, "memory_used_max_bytes": used_max})
+    m = gpu_memory(g)
+    assert m.peak_used_bytes == 5 * GIB  # the point sample at t=1 had no interval max
+    assert m.source == "nvml_max"
+    g2 = GpuSeries("g", None, None, ts, {"memory_used_bytes": np.full(4, np.nan)})
+    assert gpu_memory(g2).peak_used_bytes is None and gpu_memory(g2).headroom_bytes is None
+
+
+def _steps(rank, alloc, resv):
+    n = len(rank)
+    nan = np.full(n, np.nan)
+    return StepSeries(rank=np.array(rank, float), step=np.arange(n, dtype=float), ts=np.arange(n, dtype=float),
+                      wall_s=np.ones(n), device_s=nan, samples=nan,
+                      allocated_peak_bytes=np.array(alloc, float), reserved_peak_bytes=np.array(resv, float),
+                      memory_source="cuda_allocator")
+
+
+def test_fragmentation_is_per_rank_reserved_minus_allocated():
+    s = _steps([0, 0, 1, 1], [4 * GIB, 6 * GIB, 5 * GIB, 5 * GIB], [7 * GIB, 7 * GIB, 9 * GIB, np.nan])
+    fw = framework_peaks(s)
+    assert fw["peak_allocated_bytes"] == 6 * GIB
+    assert fw["peak_reserved_bytes"] == 9 * GIB
+    assert fw["fragmentation_bytes"] == 4 * GIB  # rank 1: 9 − 5 (rank 0: 7 − 6 = 1)
+    assert abs(fw["fragmentation_fraction"] - 4 / 9) < 1e-12
+    assert fw["source"] == "cuda_allocator"
+    assert framework_peaks(None)["fragmentation_bytes"] is None
+
+
+def test_oom_from_state_events_and_pinned_memory(shared_data):
+    h100 = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+    cap = h100.memory_total_bytes
+    ts = np.arange(120.0)
+    used = np.full(120, 0.5 * cap)
+    used[40:80] = 0.99 * cap  # 39 s pinned
+    g = gpu_memory(GpuSeries("g", h100.name, cap, ts, {"memory_used_bytes": used}))
+    assert g.pinned_s == 39.0
+    clean = detect_oom(state="finished", exit_code=0, oom_events=0, gpus=[gpu_memory(h100)])
+    assert not clean.detected and not clean.suspected and clean.evidence == []
+    pinned = detect_oom(state="finished", exit_code=0, oom_events=0, gpus=[g])
+    assert pinned.suspected and not pinned.detected
+    failed = detect_oom(state="failed", exit_code=1, oom_events=0, gpus=[g])
+    assert failed.detected
+    assert detect_oom(state="oom", exit_code=None, oom_events=0, gpus=[]).detected
+    assert detect_oom(state="failed", exit_code=1, oom_events=2, gpus=[]).detected

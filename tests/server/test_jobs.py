@@ -1,0 +1,90 @@
+"""Jobs: registration, listing with filters, and team isolation."""
+
+from __future__ import annotations
+
+import time
+
+from tests.server.helpers import auth, sample_batch
+
+JOBS = "/api/v1/jobs"
+
+
+def test_register_update_and_read(api, make_token):
+    team = make_token("team", team="vision")
+    r = api.post(JOBS, json={"job_id": "resnet-1", "name": "resnet50 bs256", "command": "python train.py",
+                             "state": "running", "batch_size": 256}, headers=auth(team))
+    assert r.status_code == 200, r.text
+    assert r.json()["team"] == "vision" and r.json()["state"] == "running" and r.json()["started_at"] is not None
+    r = api.post(JOBS, json={"job_id": "resnet-1", "state": "failed", "exit_code": 3}, headers=auth(team))
+    body = r.json()
+    assert body["state"] == "failed" and body["exit_code"] == 3 and body["name"] == "resnet50 bs256"
+    assert body["duration_s"] is not None and body["duration_s"] >= 0
+
+
+def test_team_isolation(api, make_token):
+    vision, nlp = make_token("team", team="vision"), make_token("team", team="nlp")
+    sched, op = make_token("scheduler"), make_token("operator")
+    assert api.post(JOBS, json={"job_id": "v-1"}, headers=auth(vision)).status_code == 200
+    assert api.post(JOBS, json={"job_id": "n-1"}, headers=auth(nlp)).status_code == 200
+    # another team's job is indistinguishable from a missing one
+    for path in ("/v-1", "/v-1/report", "/v-1/timeseries?metric=power_w"):
+        r = api.get(JOBS + path, headers=auth(nlp))
+        assert r.status_code == 404 and "not found" in r.json()["detail"]
+    assert [j["job_id"] for j in api.get(JOBS, headers=auth(nlp)).json()["items"]] == ["n-1"]
+    assert api.get(JOBS, params={"team": "vision"}, headers=auth(nlp)).json()["items"] == []
+    # nor can a team take over or register for another team
+    assert api.post(JOBS, json={"job_id": "v-1", "name": "mine now"}, headers=auth(nlp)).status_code == 404
+    assert api.post(JOBS, json={"job_id": "x-1", "team": "vision"}, headers=auth(nlp)).status_code == 403
+    assert {j["job_id"] for j in api.get(JOBS, headers=auth(sched)).json()["items"]} == {"v-1", "n-1"}
+    assert api.get(JOBS + "/v-1", headers=auth(op)).json()["name"] is None
+    assert api.post(JOBS, json={"job_id": "s-1"}, headers=auth(sched)).status_code == 403
+    assert api.get(JOBS).status_code == 401
+
+
+def test_list_filters_and_pagination(api, make_token):
+    op = make_token("operator")
+    now = time.time()
+    for i in range(5):
+        api.post(JOBS, json={"job_id": f"job-{i}", "team": "a" if i % 2 else "b", "state": "finished",
+                             "started_at": now - 1000 * (i + 1), "ended_at": now - 1000 * i}, headers=auth(op))
+    body = api.get(JOBS, params={"team": "a"}, headers=auth(op)).json()
+    assert {j["job_id"] for j in body["items"]} == {"job-1", "job-3"} and body["total"] == 2
+    body = api.get(JOBS, params={"since": now - 1500}, headers=auth(op)).json()
+    assert {j["job_id"] for j in body["items"]} == {"job-0", "job-1"}
+    page = api.get(JOBS, params={"limit": 2, "offset": 2}, headers=auth(op)).json()
+    assert len(page["items"]) == 2 and page["total"] == 5
+    assert api.get(JOBS, params={"q": "job-4"}, headers=auth(op)).json()["total"] == 1
+    assert api.get(JOBS, params={"state": "nonsense"}, headers=auth(op)).status_code == 422
+    assert api.get(JOBS, params={"limit": 0}, headers=auth(op)).status_code == 422
+
+
+def test_bad_job_registrations_are_4xx(api, make_token):
+    op = make_token("operator")
+    for body in ({"job_id": "has space"}, {"job_id": ""}, {"job_id": "a", "state": "exploded"},
+                 {"job_id": "a", "batch_size": -1}, {"job_id": "a", "gpu_uuids": ["GPU-1"]},
+                 {"job_id": "a", "started_at": 100.0, "ended_at": 50.0}, {"job_id": "a", "started_at": 1e12},
+                 {"job_id": "a", "unknown_field": 1}):
+        r = api.post(JOBS, json=body, headers=auth(op))
+        assert 400 <= r.status_code < 500, (body, r.text)
+    r = api.post(JOBS, json={"job_id": "a", "started_at": time.time(), "ended_at": time.time() - 10},
+                 headers=auth(op))
+    assert r.status_code == 422 and "before" in r.json()["detail"]
+    assert api.get(JOBS, headers=auth(op)).json()["total"] == 0
+
+
+def test_timeseries_is_downsampled_with_extremes_kept(api, make_token):
+    agent, op = make_token("agent", node="node-a"), make_token("operator")
+    t0 = time.time() - 7200
+    api.post(JOBS, json={"job_id": "ts-1", "node": "node-a", "gpu_uuids": ["GPU-node-a-0", "GPU-node-a-1"],
+                         "started_at": t0, "state": "running"}, headers=auth(op))
+    for seq in range(5):
+        r = api.post("/api/v1/ingest/samples", json=sample_batch(seq=seq, n=400, t0=t0 + 400 * seq),
+                     headers=auth(agent))
+        assert r.status_code == 200
+    r = api.get(JOBS + "/ts-1/timeseries", params={"metric": "memory_used_bytes", "points": 100}, headers=auth(op))
+    body = r.json()
+    assert body["unit"] == "B" and len(body["series"]) == 2
+    for s in body["series"]:
+        assert s["raw_points"] == 2000 and len(s["ts"]) <= 100
+        assert max(s["values"]) == s["max"] and min(s["values"]) == s["min"]
+    assert api.get(JOBS + "/ts-1/timeseries", params={"metric": "bogus"}, headers=auth(op)).status_code == 422

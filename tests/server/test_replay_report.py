@@ -1,0 +1,111 @@
+"""Acceptance: a real nvidia-smi log replayed for a job gives a report that matches the log itself.
+
+The expected figures are computed here independently of fleetprof's parser, straight from the CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+CAPTURES = sorted((Path(__file__).resolve().parents[2].parent / "shared/data/nvidia-smi").glob("*.txt"))
+
+
+def _query_gpu_rows(path: Path) -> list[dict[str, str]]:
+    """Every data row of every `--query-gpu` CSV section of a capture (or of a plain CSV log)."""
+    rows, header = [], None
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            header = None
+            continue
+        cells = [c.strip() for c in next(csv.reader([line]))]
+        if cells[0] == "timestamp":
+            header = cells if "memory.used [MiB]" in cells else None
+        elif header:
+            rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def _num(cell: str) -> float | None:
+    return None if cell.startswith("[") else float(cell.split()[0])
+
+
+def _expected(path: Path) -> dict[str, float | None]:
+    rows = _query_gpu_rows(path)
+    ts = [datetime.strptime(r["timestamp"], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+          for r in rows]
+    power = [_num(r["power.draw [W]"]) for r in rows]
+    util = [u for u in (_num(r["utilization.gpu [%]"]) for r in rows) if u is not None]
+    energy = sum((ts[i + 1] - ts[i]) * (power[i] + power[i + 1]) / 2 for i in range(len(rows) - 1))
+    return {"peak_used_bytes": max(_num(r["memory.used [MiB]"]) for r in rows) * 2**20,
+            "energy_j": energy, "gpu_mean_pct": sum(util) / len(util) if util else None, "rows": len(rows)}
+
+
+def _fleetprof(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fleetprof.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture
+def client_env(cli_env, live_server, make_token):
+    return {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": make_token("operator")}
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=[c.name.split("__")[1] for c in CAPTURES])
+def test_replayed_capture_report_matches_the_log(client_env, capture):
+    expected = _expected(capture)
+    assert expected["rows"] >= 2
+    job = "replay-" + capture.name.split("__")[1]
+    r = _fleetprof(["replay", str(capture), "--job-id", job, "--node", "node-replay"], client_env)
+    assert r.returncode == 0, r.stderr
+    r = _fleetprof(["report", job, "--format", "json"], client_env)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["state"] == "finished"
+    assert report["memory"]["peak_used_bytes"] == expected["peak_used_bytes"]
+    assert report["gpus"][0]["peak_used_bytes"] == expected["peak_used_bytes"]
+    assert report["energy"]["source"] == "integrated_power"
+    assert report["energy"]["energy_j"] == pytest.approx(expected["energy_j"], rel=0.01)
+    if expected["gpu_mean_pct"] is None:  # MIG: utilization is [N/A] in the log, so unknown in the report
+        assert report["utilization"]["gpu_mean_pct"] is None
+    else:
+        assert report["utilization"]["gpu_mean_pct"] == pytest.approx(expected["gpu_mean_pct"], abs=1e-9)
+
+
+def test_plain_csv_log_and_table_and_html_formats(client_env, tmp_path):
+    capture = next(c for c in CAPTURES if "h200" in c.name)
+    lines = capture.read_text().splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("timestamp, driver_version"))
+    log = tmp_path / "nvidia-smi.csv"  # what `nvidia-smi --query-gpu=... --format=csv -l 1 > log` writes
+    body = [ln for ln in lines if ln.startswith("20") and ln.count(",") == lines[header].count(",")]
+    log.write_text("\n".join([lines[header], *body]) + "\n")
+    expected = _expected(log)
+    assert _fleetprof(["replay", str(log), "--job-id", "plain-1", "--node", "n9"], client_env).returncode == 0
+    table = _fleetprof(["report", "plain-1"], client_env)
+    assert table.returncode == 0 and "peak_used_bytes" in table.stdout and "(nvml)" in table.stdout
+    assert f"{expected['peak_used_bytes'] / 2**30:,.2f} GiB" in table.stdout
+    html_path = tmp_path / "report.html"
+    r = _fleetprof(["report", "plain-1", "--format", "html", "-o", str(html_path)], client_env)
+    assert r.returncode == 0, r.stderr
+    html = html_path.read_text()
+    assert html.startswith("<!doctype html>") and "plotly" in html and "plain-1" in html
+
+
+def test_client_errors_are_clear(client_env, tmp_path):
+    r = _fleetprof(["report", "no-such-job"], client_env)
+    assert r.returncode != 0 and "404" in r.stderr and "not found" in r.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text("hello,world\n1,2\n")
+    r = _fleetprof(["replay", str(bad), "--job-id", "x", "--node", "n"], client_env)
+    assert r.returncode == 2 and "no nvidia-smi --query-gpu CSV rows" in r.stderr
+    r = _fleetprof(["replay", str(tmp_path / "missing.csv"), "--job-id", "x", "--node", "n"], client_env)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    env = {k: v for k, v in client_env.items() if k != "FLEETPROF_TOKEN"}
+    r = _fleetprof(["report", "x"], env)
+    assert r.returncode == 2 and "FLEETPROF_TOKEN" in r.stderr
