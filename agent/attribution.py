@@ -66,6 +66,7 @@ class Attributor:
                  pod_resources_socket: str | Path = "/var/lib/kubelet/pod-resources/kubelet.sock",
                  parent_depth: int = 3):
         self.proc_root = Path(proc_root)
+        self._root = str(self.proc_root)
         self.pod_resources = PodResources(pod_resources_socket)
         self.parent_depth = parent_depth
         self._cache: dict[int, tuple[int | None, Attribution]] = {}
@@ -89,7 +90,8 @@ class Attributor:
 
     def _read(self, pid: int, name: str) -> bytes | None:
         try:
-            return (self.proc_root / str(pid) / name).read_bytes()
+            with open(f"{self._root}/{pid}/{name}", "rb") as f:
+                return f.read()
         except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
             return None
         except PermissionError:

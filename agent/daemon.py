@@ -114,17 +114,23 @@ class Agent:
         next_fast = start
         next_batch = start + s.batch_interval_s
         fast = 0 < s.fast_interval_s < s.interval_s
+
+        def fast_tick_if_due() -> None:
+            nonlocal next_fast
+            now = mono()
+            if fast and now >= next_fast:
+                self.sampler.tick_fast()
+                # after a stall (suspended VM, slow driver) skip the missed ticks rather than burst
+                next_fast = max(next_fast + s.fast_interval_s, now + s.fast_interval_s / 2)
+
         try:
             while not stop.is_set():
                 now = mono()
                 if now >= next_sample:
-                    self.sampler.sample()
-                    # after a stall (suspended VM, slow driver) skip the missed ticks rather than burst
+                    self.sampler.sample(between=fast_tick_if_due)
                     next_sample = max(next_sample + s.interval_s, now + s.interval_s / 2)
-                    next_fast = mono() + s.fast_interval_s
-                elif fast and now >= next_fast:
-                    self.sampler.tick_fast()
-                    next_fast = max(next_fast + s.fast_interval_s, now + s.fast_interval_s / 2)
+                else:
+                    fast_tick_if_due()
                 if now >= next_batch:
                     self.cut_batch()
                     next_batch = max(next_batch + s.batch_interval_s, now + s.batch_interval_s / 2)

@@ -138,7 +138,10 @@ class Sampler:
             except DeviceError as exc:
                 log.debug("fast reading of GPU %s failed: %s", self._gpus[slot].uuid, exc)
 
-    def sample(self) -> None:
+    def sample(self, between: Callable[[], None] | None = None) -> None:
+        """A full reading of every GPU. `between` runs after each GPU: a full reading of a node can take a
+        few hundred ms (PCIe throughput alone samples 20 ms per direction), and the daemon uses it to keep
+        fast ticks going meanwhile so that peaks are not missed during it."""
         ts = self.clock()
         for slot, xid in self.devices.xid_events():
             self._xid_last[slot] = xid
@@ -155,6 +158,8 @@ class Sampler:
             except DeviceError as exc:
                 log.warning("reading GPU %s failed: %s", gpu.uuid, exc)
                 reading = None
+            if between is not None:
+                between()
             pend.ts.append(ts)
             pend.gpu_uuid.append(gpu.uuid)
             pend.healthy.append(reading is not None or self._healthy[slot])

@@ -87,14 +87,15 @@ class Transport:
         return headers
 
     def request(self, method: str, path: str, *, json_body: Any = None, raw_body: bytes | None = None,
-                content_type: str = "application/json", params: dict[str, Any] | None = None) -> Response:
+                content_type: str = "application/json", params: dict[str, Any] | None = None,
+                compress: bool = True) -> Response:
         headers = self._headers()
         content: bytes | None = None
         if json_body is not None:
             raw_body = json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
         if raw_body is not None:
             headers["Content-Type"] = content_type
-            if len(raw_body) >= self.gzip_min_bytes:
+            if compress and len(raw_body) >= self.gzip_min_bytes:
                 content = gzip.compress(raw_body, compresslevel=5)
                 headers["Content-Encoding"] = "gzip"
             else:

@@ -38,8 +38,12 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     app.server.config[APP_CONFIG_KEY] = {"api_url": api_url.rstrip("/"), "default_token": token,
                                          "default_scope": default_scope, "timeout_s": timeout_s,
                                          "refresh_s": refresh_s}
-    for name in PAGE_MODULES:  # register_page runs once per process; callbacks once per app
-        importlib.import_module(f"dashboard.pages.{name}").register_callbacks(app)
+    _ensure_dash_context()
+    for name in PAGE_MODULES:  # pages: once per process (a global registry); callbacks: once per app
+        module = importlib.import_module(f"dashboard.pages.{name}")
+        if module.__name__ not in dash.page_registry:
+            module.register_pages()
+        module.register_callbacks(app)
 
     app.layout = html.Div([
         dcc.Location(id="url", refresh="callback-nav"),
@@ -95,3 +99,14 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
         return nav, f"signed in: {who}", {}
 
     return app
+
+
+def _ensure_dash_context() -> None:
+    """dash.register_page reads Dash's callback-context variable, which only has a value in the thread that
+    imported dash; `fleetprof up` builds the app in a thread of its own."""
+    from dash._callback_context import context_value
+
+    try:
+        context_value.get()
+    except LookupError:
+        context_value.set({})

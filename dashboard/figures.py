@@ -33,7 +33,7 @@ def _values(values: Sequence[float | None], scale: float = 1.0) -> np.ndarray:
 
 
 def _layout(fig: go.Figure, *, title: str, y_title: str, date_x: bool = True, **extra: Any) -> go.Figure:
-    fig.update_layout(**_BASE_LAYOUT, title={"text": title, "x": 0, "font": {"size": 14}}, **extra)
+    fig.update_layout(**{**_BASE_LAYOUT, "title": {"text": title, "x": 0, "font": {"size": 14}}, **extra})
     fig.update_yaxes(title_text=y_title, rangemode="tozero")
     if date_x:
         fig.update_xaxes(type="date", title_text="time (UTC)")
@@ -198,7 +198,7 @@ def relayout_range(relayout: dict[str, Any] | None) -> tuple[float, float] | Non
     """
     if not relayout:
         return None
-    if relayout.get("xaxis.autorange") or relayout.get("autosize"):
+    if relayout.get("xaxis.autorange"):
         return False
     lo, hi = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
     if lo is None and isinstance(relayout.get("xaxis.range"), list):

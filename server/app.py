@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from server.config import ServerSettings, get_settings
 
@@ -34,6 +34,35 @@ def _broker_check(settings: ServerSettings):  # type: ignore[no-untyped-def]
     return check
 
 
+class ObserveMiddleware:
+    """Request latency per route and security headers, as a plain ASGI middleware (BaseHTTPMiddleware costs
+    a task and a memory stream per request, too much on the ingest path)."""
+
+    HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
+
+    def __init__(self, app, latency) -> None:  # type: ignore[no-untyped-def]
+        self.app = app
+        self.latency = latency
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def send_with_headers(message) -> None:  # type: ignore[no-untyped-def]
+            if message["type"] == "http.response.start":
+                names = {k for k, _ in message.get("headers", [])}
+                message["headers"] = list(message.get("headers", [])) + [h for h in self.HEADERS if h[0] not in names]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            route = scope.get("route")
+            self.latency.labels(route=getattr(route, "path", "unmatched")).observe(time.perf_counter() - start)
+
+
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -44,6 +73,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         from server.dispatch import CeleryDispatcher, Dispatcher, InProcessDispatcher
         from server.ingest.inventory import InventoryCache
         from server.ingest.router import InflightLimiter
+        from server.ingest.writer import SampleWriter
 
         engine = make_engine(settings)
         factory = make_sessionmaker(engine)
@@ -65,9 +95,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.inventory_cache = InventoryCache()
         app.state.ingest_limiter = InflightLimiter(settings.max_inflight_ingest)
         app.state.broker_check = _broker_check(settings)
+        app.state.sample_writer = SampleWriter(factory)
         try:
             yield
         finally:
+            app.state.sample_writer.close()
             dispatcher.close()
             engine.dispose()
 
@@ -80,19 +112,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     from server.jobs.router import router as jobs_router
     from server.metrics import REQUEST_LATENCY
     from server.nodes.router import router as nodes_router
+    from server.traces.router import router as traces_router
 
     install_error_handlers(app)
-    for r in (health_router, ingest_router, jobs_router, nodes_router, fleet_router):
+    for r in (health_router, ingest_router, jobs_router, traces_router, nodes_router, fleet_router):
         app.include_router(r)
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        REQUEST_LATENCY.labels(route=getattr(route, "path", "unmatched")).observe(time.perf_counter() - start)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Cache-Control", "no-store")
-        return response
-
+    app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)
     return app

@@ -25,6 +25,7 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = 16 * 1024 * 1024          # compressed request body
     max_decompressed_bytes: int = 128 * 1024 * 1024  # after gunzip (zip-bomb guard)
     max_trace_bytes: int = 512 * 1024 * 1024         # decompressed trace JSON
+    max_trace_upload_bytes: int = 256 * 1024 * 1024  # trace upload body as sent (often gzip)
     max_future_skew_s: float = 86_400.0              # samples from further in the future are rejected
     max_inflight_ingest: int = 64                    # concurrent ingest requests before 503 + Retry-After
 

@@ -27,7 +27,9 @@ def make_engine(settings: ServerSettings) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
+    # No pre-ping: it costs a round trip per checkout on the ingest path. A connection broken by a database
+    # restart raises a disconnect error, SQLAlchemy invalidates the pool, and the request answers 503.
+    return create_engine(url, pool_size=20, max_overflow=10, pool_recycle=1800)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -5,8 +5,9 @@ with zero latency, the overhead benchmark with `DEFAULT_LATENCIES_S`. Error clas
 real `pynvml` ones (pure Python; importing pynvml loads no library until nvmlInit), so the error mapping is
 tested against what the driver raises.
 
-Latency model: each call sleeps its latency, of which `cpu_fraction` is spent spinning to stand for the
-kernel time of the ioctl (it shows in the process's CPU time, as real NVML system time does).
+Latency model: each call takes its latency, of which `cpu_fraction` is spent spinning to stand for the
+kernel time of the ioctl (it shows in the process's CPU time, as real NVML system time does) and the rest
+sleeping (remainders under 0.2 ms are not slept: see `_cost`).
 `nvmlDeviceGetPcieThroughput` samples for 20 ms inside the driver (documented NVML behaviour): all sleep.
 The sub-millisecond figures are assumptions in the range reported for datacenter GPUs with a persistence
 daemon; measure and replace them on a real GPU (`bench/agent_overhead.py --source nvml`).
@@ -36,6 +37,8 @@ DEFAULT_LATENCIES_S: dict[str, float] = {
     "nvmlDeviceGetTemperature": 10e-6,
     "nvmlEventSetWait": 10e-6,
 }
+_MIN_SLEEP_S = 200e-6
+_CONSTANT_PREFIXES = ("NVML_", "nvmlEventType", "nvmlMemory_", "nvmlFlag")
 _SLEEP_ONLY = frozenset({"nvmlDeviceGetPcieThroughput", "nvmlInit"})
 
 
@@ -71,8 +74,8 @@ class FakeGpu:
     compute_processes: list[tuple[int, int | None]] = field(default_factory=list)
     graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
     mig_devices: list[FakeGpu] = field(default_factory=list)
-    # NVML function names that answer NVML_ERROR_NOT_SUPPORTED on this GPU; "power_instant" and
-    # "energy" name the field values
+    # NVML function names that answer NVML_ERROR_NOT_SUPPORTED on this GPU; "power_instant", "energy"
+    # and "ecc" name field values
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
     is_mig: bool = False
@@ -111,6 +114,10 @@ class FakeNvml:
         self._handles = [_Handle(g) for g in gpus]
         self._events: deque[tuple[int, int]] = deque()  # (gpu position, xid)
         self._lock = threading.Lock()
+        # constants (NVML_*, nvmlEventType*, nvmlMemory_v2) are the real module's, copied once
+        for name in dir(_real):
+            if name.startswith(_CONSTANT_PREFIXES) and not callable(getattr(_real, name)):
+                setattr(self, name, getattr(_real, name))
 
     @classmethod
     def with_gpus(cls, n: int, *, realistic: bool = False, **kw: Any) -> FakeNvml:
@@ -120,12 +127,6 @@ class FakeNvml:
             kw.setdefault("latencies_s", DEFAULT_LATENCIES_S)
             kw.setdefault("default_latency_s", DEFAULT_LATENCY_S)
         return cls(gpus, **kw)
-
-    def __getattr__(self, name: str) -> Any:
-        # constants (NVML_*, nvmlEventType*, nvmlMemory_v2) come from the real module
-        if name.startswith(("NVML_", "nvmlEventType", "nvmlMemory_", "nvmlFlag")):
-            return getattr(_real, name)
-        raise AttributeError(name)
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -142,7 +143,9 @@ class FakeNvml:
         end = time.perf_counter() + spin
         while time.perf_counter() < end:
             pass
-        if latency > spin:
+        # A real call is one ioctl; a nanosleep for a few microseconds would add a second syscall and a
+        # context switch the real thing does not pay, so short off-CPU remainders are not simulated.
+        if latency - spin >= _MIN_SLEEP_S:
             time.sleep(latency - spin)
 
     def _check(self, name: str, handle: _Handle, feature: str | None = None) -> FakeGpu:
@@ -242,6 +245,10 @@ class FakeNvml:
             elif fid == _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
                 bad = "energy" in g.unsupported or g.is_mig
                 out.append(_fv(fid, scope, unsupported if bad else ok, g.energy_mj))
+            elif fid in (_real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL):
+                bad = "ecc" in g.unsupported or g.is_mig
+                out.append(_fv(fid, scope, unsupported if bad else ok,
+                               g.ecc_corrected if fid == _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL else g.ecc_uncorrected))
             elif fid == _real.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 out.append(_fv(fid, scope, unsupported if g.nvlink_links == 0 else ok, g.nvlink_links))
             elif fid == _real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:

@@ -41,7 +41,15 @@ _LOST = ("GPU_IS_LOST", "RESET_REQUIRED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_M
 _UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATCH", "DEPRECATED",
                 "INVALID_ARGUMENT", "NOT_FOUND")
 _UNAVAILABLE = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION", "LIB_RM_VERSION_MISMATCH")
-_UINT_MAX = 0xFFFFFFFF
+_POWER_INSTANT = "field:NVML_FI_DEV_POWER_INSTANT"
+_POWER_AVERAGE = "nvmlDeviceGetPowerUsage"  # a 1-s average on A100/H100, instantaneous on older GPUs
+# scalar fields read with nvmlDeviceGetFieldValues: (name for logs, NVML constant, GpuReading attribute)
+_SCALAR_FIELDS = (
+    ("energy", "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj"),  # mJ since driver load, Volta+
+    ("ecc_corrected", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_corrected_total"),
+    ("ecc_uncorrected", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_uncorrected_total"),
+    ("power_instant", "NVML_FI_DEV_POWER_INSTANT", "power_mw"),
+)
 
 
 def _codes(nvml: Any, names: tuple[str, ...]) -> frozenset[int]:
@@ -71,24 +79,21 @@ def _handle_key(handle: object) -> int:
     return id(handle)
 
 
-def _field_value(nvml: Any, fv: Any) -> float | int | None:
-    vt = fv.valueType
-    v = fv.value
-    if vt == nvml.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
-    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return int(v.uiVal)
-    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return int(v.ulVal)
-    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-        return int(v.ullVal)
-    if vt == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return int(v.sllVal)
-    if vt == nvml.NVML_VALUE_TYPE_SIGNED_INT:
-        return int(v.siVal)
-    if vt == nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
-        return int(v.usVal)
-    return None
+_VALUE_ATTRS = (("NVML_VALUE_TYPE_DOUBLE", "dVal"), ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+                ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"), ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+                ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"), ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+                ("NVML_VALUE_TYPE_UNSIGNED_SHORT", "usVal"))
+
+
+def value_reader(nvml: Any) -> Callable[[Any], float | int | None]:
+    """A function reading an nvmlFieldValue_t's value by its valueType (the union member to use)."""
+    attrs = {getattr(nvml, name): attr for name, attr in _VALUE_ATTRS if hasattr(nvml, name)}
+
+    def read(fv: Any) -> float | int | None:
+        attr = attrs.get(fv.valueType)
+        return None if attr is None else getattr(fv.value, attr)
+
+    return read
 
 
 class NvmlDevices(Devices):
@@ -107,6 +112,8 @@ class NvmlDevices(Devices):
         self._clock = clock
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
         self._lost_codes = _codes(nvml, _LOST)
+        self._field_value = value_reader(nvml)
+        self._success = nvml.NVML_SUCCESS
         self._skip: set[tuple[int, str]] = set()  # (slot, field) found unsupported: not asked again
         self._warned: set[tuple[int, str]] = set()
         self._closed = False
@@ -221,11 +228,11 @@ class NvmlDevices(Devices):
             try:
                 (fv,) = nvml.nvmlDeviceGetFieldValues(self._handles[slot], [field])
                 if fv.nvmlReturn == nvml.NVML_SUCCESS:
-                    return "field:NVML_FI_DEV_POWER_INSTANT"
+                    return _POWER_INSTANT
             except nvml.NVMLError:
                 pass
         if self._get(slot, "power", nvml.nvmlDeviceGetPowerUsage, self._handles[slot]) is not None:
-            return "nvmlDeviceGetPowerUsage"
+            return _POWER_AVERAGE
         return None
 
     def _probe_nvlink(self, slot: int) -> list[tuple[int, int]]:
@@ -236,7 +243,7 @@ class NvmlDevices(Devices):
             (fv,) = nvml.nvmlDeviceGetFieldValues(self._handles[slot], [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         except nvml.NVMLError:
             return []
-        links = _field_value(nvml, fv) if fv.nvmlReturn == nvml.NVML_SUCCESS else None
+        links = self._field_value(fv) if fv.nvmlReturn == nvml.NVML_SUCCESS else None
         if not links:
             self._note_unsupported(slot, "nvlink", "no NVLink links")
             return []
@@ -318,11 +325,11 @@ class NvmlDevices(Devices):
         nvml = self._nvml
         handle = self._handles[slot]
         source = self._ids[slot].power_source
-        if source == "field:NVML_FI_DEV_POWER_INSTANT":
+        if source == _POWER_INSTANT:
             values = self._get(slot, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
                                [nvml.NVML_FI_DEV_POWER_INSTANT])
             if values and values[0].nvmlReturn == nvml.NVML_SUCCESS:
-                v = _field_value(nvml, values[0])
+                v = self._field_value(values[0])
                 return int(v) if v is not None else None
             return None
         if source is not None:
@@ -351,8 +358,9 @@ class NvmlDevices(Devices):
         if util is not None:
             r.gpu_util_pct = float(util.gpu)
             r.mem_util_pct = float(util.memory)
-        r.power_mw = self._power_mw(slot)
-        self._read_fields(slot, r)
+        if self._ids[slot].power_source == _POWER_AVERAGE:
+            r.power_mw = g(slot, "power", nvml.nvmlDeviceGetPowerUsage, h)
+        self._read_fields(slot, r)  # energy, ECC, instantaneous power, NVLink
         temp = g(slot, "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
         r.temperature_c = float(temp) if temp is not None else None
         sm = g(slot, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
@@ -367,48 +375,44 @@ class NvmlDevices(Devices):
         rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
         r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
         r.pcie_rx_kib_per_s = float(rx) if rx is not None else None
-        r.ecc_corrected_total = g(slot, "ecc_corrected", nvml.nvmlDeviceGetTotalEccErrors, h,
-                                  nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC)
-        r.ecc_uncorrected_total = g(slot, "ecc_uncorrected", nvml.nvmlDeviceGetTotalEccErrors, h,
-                                    nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
         return r
 
     def _read_fields(self, slot: int, r: GpuReading) -> None:
-        """Energy and NVLink counters in one nvmlDeviceGetFieldValues call (one ioctl instead of 2N+1)."""
+        """Energy, ECC totals, instantaneous power and the NVLink counters in one nvmlDeviceGetFieldValues
+        call (one ioctl instead of 2N+4). A field the GPU lacks is null, logged once, and not asked again."""
         nvml = self._nvml
         if self._ids[slot].mig_parent_uuid is not None:
-            return  # energy and NVLink belong to the parent GPU
-        ids: list[Any] = []
-        if (slot, "energy") not in self._skip:
-            ids.append(nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+            return  # energy, ECC and NVLink are the parent GPU's
+        scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
+                   if (slot, name) not in self._skip and hasattr(nvml, const)
+                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)]
         links = [] if (slot, "nvlink") in self._skip else self._nvlink_fields[slot]
-        ids.extend(links)
+        ids: list[Any] = [fid for _, _, fid in scalars] + links
         if not ids:
             return
         values = self._get(slot, "field_values", nvml.nvmlDeviceGetFieldValues, self._handles[slot], ids)
         if values is None:
             return
-        i = 0
-        if (slot, "energy") not in self._skip:
-            fv = values[0]
-            i = 1
-            if fv.nvmlReturn == nvml.NVML_SUCCESS:
-                v = _field_value(nvml, fv)
-                r.energy_mj = int(v) if v is not None else None
+        success, value = self._success, self._field_value
+        for (name, attr, _), fv in zip(scalars, values):
+            if fv.nvmlReturn == success:
+                v = value(fv)
+                setattr(r, attr, None if v is None else int(v))
             elif fv.nvmlReturn in self._lost_codes:
                 self._lost[slot] = True
-                raise GpuLostError(slot, f"energy field: NVML error {fv.nvmlReturn}")
+                raise GpuLostError(slot, f"{name} field: NVML error {fv.nvmlReturn}")
             else:
-                self._note_unsupported(slot, "energy", f"NVML error {fv.nvmlReturn}")
+                self._note_unsupported(slot, name, f"NVML error {fv.nvmlReturn}")
         if links:
             tx = rx = 0
             ok = False
-            for fv in values[i:]:
-                if fv.nvmlReturn != nvml.NVML_SUCCESS:
+            tx_field = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+            for fv in values[len(scalars):]:
+                if fv.nvmlReturn != success:
                     continue
                 ok = True
-                v = int(_field_value(nvml, fv) or 0)
-                if fv.fieldId == nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+                v = int(value(fv) or 0)
+                if fv.fieldId == tx_field:
                     tx += v
                 else:
                     rx += v

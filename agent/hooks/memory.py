@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,35 +16,60 @@ class RssPeak:
     Writing "5" to /proc/self/clear_refs resets the high-water mark (Linux >= 4.0), so each reading is
     the peak of one step. Where the reset is refused, the reading is the peak since process start: still
     a true peak, just not per step. Reported as `memory_source="cpu_rss"`.
+    Both files stay open (pread/write on the descriptors): this runs once per training step, and
+    open()+close() was most of its cost. The descriptors are reopened after a fork (they name a pid).
     """
 
     def __init__(self, proc_self: Path = Path("/proc/self")):
-        self._status = proc_self / "status"
-        self._clear_refs = proc_self / "clear_refs"
+        self._status_path = proc_self / "status"
+        self._clear_refs_path = proc_self / "clear_refs"
+        self._status_fd: int | None = None
+        self._clear_fd: int | None = None
+        self._pid = -1
         self._can_reset = True
-        self.available = self._status.is_file()
+        self.available = self._status_path.is_file()
+
+    def _open(self) -> None:
+        self.close()
+        self._pid = os.getpid()
+        self._status_fd = os.open(self._status_path, os.O_RDONLY | os.O_CLOEXEC)
+        if self._can_reset:
+            try:
+                self._clear_fd = os.open(self._clear_refs_path, os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                self._cannot_reset()
+
+    def _cannot_reset(self) -> None:
+        self._can_reset = False
+        log.info("fleetprof hooks: cannot reset VmHWM; CPU peaks are since process start")
+
+    def close(self) -> None:
+        for fd in (self._status_fd, self._clear_fd):
+            if fd is not None:
+                os.close(fd)
+        self._status_fd = self._clear_fd = None
 
     def read_and_reset(self) -> int | None:
         if not self.available:
             return None
-        peak: int | None = None
         try:
-            with open(self._status, "rb") as f:
-                for line in f:
-                    if line.startswith(b"VmHWM:"):
-                        peak = int(line.split()[1]) * 1024  # kB
-                        break
-        except (OSError, ValueError, IndexError):
+            if self._pid != os.getpid():
+                self._open()
+            assert self._status_fd is not None
+            data = os.pread(self._status_fd, 8192, 0)
+            i = data.find(b"VmHWM:")
+            peak = int(data[i + 6:data.index(b"kB", i)]) * 1024 if i >= 0 else None
+        except (OSError, ValueError):
             self.available = False
-            log.info("fleetprof hooks: %s unreadable, CPU memory not reported", self._status)
+            log.info("fleetprof hooks: %s unreadable, CPU memory not reported", self._status_path)
             return None
-        if self._can_reset:
+        if self._clear_fd is not None:
             try:
-                with open(self._clear_refs, "w") as f:
-                    f.write("5")
+                os.write(self._clear_fd, b"5")
             except OSError:
-                self._can_reset = False
-                log.info("fleetprof hooks: cannot reset VmHWM; CPU peaks are since process start")
+                self._cannot_reset()
+                os.close(self._clear_fd)
+                self._clear_fd = None
         return peak
 
 

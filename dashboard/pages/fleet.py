@@ -7,7 +7,6 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-dash.register_page(__name__, path="/", name="Fleet", title="fleetprof · fleet", order=0)
 
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
 _GRAPH_CONFIG = {"displaylogo": False}
@@ -126,3 +125,7 @@ def register_callbacks(app: dash.Dash) -> None:
         except ApiError as exc:
             return figures.empty_figure(f"headroom unavailable: {exc}")
 
+
+def register_pages() -> None:
+    """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
+    dash.register_page(__name__, path="/", name="Fleet", title="fleetprof · fleet", order=0, layout=layout)

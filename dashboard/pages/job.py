@@ -9,7 +9,6 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-dash.register_page(__name__, path_template="/jobs/<job_id>", name="Job", title="fleetprof · job")
 
 POINTS_PER_GPU = 1500  # ~ one min/max pair per horizontal pixel of a full-width plot
 _GRAPH_CONFIG = {"displaylogo": False}
@@ -78,7 +77,7 @@ def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
     if replay:
         warnings.append(html.Div("This job's telemetry is a replay of a recording, not live NVML.",
                                  className="notice"))
-    return [*warnings, meta, kpis, energy_card(report)]
+    return [*warnings, meta, kpis]
 
 
 def energy_card(report: dict[str, Any]) -> html.Section:
@@ -221,8 +220,9 @@ def register_callbacks(app: dash.Dash) -> None:
         step = (report.get("time") or {}).get("step_time_s") or {}
         hist = figures.step_time_histogram((steps or {}).get("wall_s") or [], p50_s=step.get("p50"),
                                            p95_s=step.get("p95"))
-        details = [dcc.Graph(id="job-step-hist", figure=hist, config=_GRAPH_CONFIG), recommendations_section(report),
-                   optimization_section(report), layers_section(report), gpus_section(report), sources_section(report)]
+        details = [html.Div([html.Div(energy_card(report), className="half"),
+                             html.Div(recommendations_section(report), className="half")], className="row"),
+                   dcc.Graph(id="job-step-hist", figure=hist, config=_GRAPH_CONFIG), optimization_section(report), layers_section(report), gpus_section(report), sources_section(report)]
         title = [job_id, html.Span(f" · {text(job.get('name'))}", className="muted")] if job.get("name") else job_id
         capacity = {"capacity_bytes": _capacity(report), "has_steps": bool(steps and steps.get("count"))}
         return summary_section(job, report), [d for d in details if d is not None], title, capacity
@@ -280,3 +280,7 @@ def register_callbacks(app: dash.Dash) -> None:
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in job_id)
         return dcc.send_string(html_text, f"fleetprof-report-{safe}.html", type="text/html")
 
+
+def register_pages() -> None:
+    """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
+    dash.register_page(__name__, path_template="/jobs/<job_id>", name="Job", title="fleetprof · job", layout=layout)

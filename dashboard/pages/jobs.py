@@ -8,7 +8,6 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-dash.register_page(__name__, path="/jobs", name="Jobs", title="fleetprof · jobs", order=2)
 
 PAGE_SIZE = 50
 STATES = ("pending", "running", "finished", "failed", "killed", "oom")
@@ -78,3 +77,8 @@ def register_callbacks(app: dash.Dash) -> None:
         shown = f"{offset + 1}–{offset + len(rows)} of {page['total']} jobs" if rows else f"{page['total']} jobs"
         return table(["job", "name", "team", "state", "node", "GPUs", "started", "duration"], rows, id="jobs-list",
                      empty="no jobs match"), shown
+
+
+def register_pages() -> None:
+    """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
+    dash.register_page(__name__, path="/jobs", name="Jobs", title="fleetprof · jobs", order=2, layout=layout)

@@ -7,10 +7,6 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-dash.register_page(__name__, path="/nodes", name="Nodes", title="fleetprof · nodes", order=1)
-dash.register_page(f"{__name__}.detail", path_template="/nodes/<node>", name="Node",
-                   title="fleetprof · node", layout=lambda node=None, **_: detail_layout(node))
-
 
 def layout(**_: Any) -> html.Div:
     return html.Div([html.H2("Nodes"), dcc.Loading(html.Div(id="nodes-table"), type="dot")])
@@ -75,3 +71,10 @@ def register_callbacks(app: dash.Dash) -> None:
                                        "last seen", "uuid"], gpu_rows, id="node-gpus")),
                 section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,
                                               id="node-jobs", empty="no running job on this node"))]
+
+
+def register_pages() -> None:
+    """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
+    dash.register_page(__name__, path="/nodes", name="Nodes", title="fleetprof · nodes", order=1, layout=layout)
+    dash.register_page(f"{__name__}.detail", path_template="/nodes/<node>", name="Node",
+                       title="fleetprof · node", layout=lambda node=None, **_: detail_layout(node))

@@ -8,8 +8,6 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-dash.register_page(__name__, path="/signin", name="Sign in", title="fleetprof · sign in")
-
 
 def layout(**_: Any) -> html.Div:
     return html.Div([
@@ -46,3 +44,8 @@ def register_callbacks(app: dash.Dash) -> None:
         except ApiError as exc:
             return dash.no_update, dash.no_update, error_box(exc if exc.status != 401 else "token refused (401)")
         return {"token": token, "scope": scope}, "/" if scope == "operator" else "/jobs", ""
+
+
+def register_pages() -> None:
+    """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
+    dash.register_page(__name__, path="/signin", name="Sign in", title="fleetprof · sign in", layout=layout)

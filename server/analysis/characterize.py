@@ -182,6 +182,12 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
     }
     report["rightsizing_inputs"] = rightsizing.inputs_from_report(report, job)
     report["recommendations"] = rightsizing.job_recommendations(report)
+    if energy_block["gpus_without_energy"] and known:
+        # The sum is then a lower bound; the report says how many GPUs it misses.
+        log.info("job %s: %d of %d GPUs have neither energy counter nor power samples",
+                 job.job_id, energy_block["gpus_without_energy"], len(job.gpus))
+    log.debug("characterized job %s: %d GPUs, %d samples, source=%s", job.job_id, len(job.gpus),
+              sum(g.ts.size for g in job.gpus), energy_block["source"])
     return jsonable(report)
 
 

@@ -29,7 +29,7 @@ import re
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Mapping, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -582,47 +582,49 @@ def _downsample_peaks(values: np.ndarray, max_points: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ jobs
 
 
-def combine_ranks(summaries: Iterable[TraceSummary]) -> dict[str, Any]:
+def combine_ranks(summaries: Iterable[TraceSummary | Mapping[str, Any]]) -> dict[str, Any]:
     """One job from its ranks' summaries: per-rank rows, job totals, the straggler by step time.
 
     A trace without `distributedInfo` counts as rank 0 when it is alone; two traces claiming one rank
-    raise ValueError (the same file uploaded twice, or traces of two jobs).
+    raise ValueError (the same file uploaded twice, or traces of two jobs). Accepts summaries or their
+    `to_dict()` form (what the server stores per uploaded trace).
     """
-    items = list(summaries)
+    items = [s.to_dict() if isinstance(s, TraceSummary) else s for s in summaries]
     if not items:
         raise ValueError("no trace summaries to combine")
-    ranked: dict[int, TraceSummary] = {}
+    ranked: dict[int, Mapping[str, Any]] = {}
     for s in items:
-        rank = s.rank if s.rank is not None else (0 if len(items) == 1 else None)
+        rank = s.get("rank") if s.get("rank") is not None else (0 if len(items) == 1 else None)
         if rank is None:
             raise ValueError("several traces and one has no distributedInfo.rank: cannot tell the ranks apart")
         if rank in ranked:
             raise ValueError(f"two traces for rank {rank}")
         ranked[rank] = s
-    world_sizes = {s.world_size for s in items if s.world_size is not None}
+    world_sizes = {s["world_size"] for s in items if s.get("world_size") is not None}
     world_size = max(world_sizes) if world_sizes else None
     rows: list[dict[str, Any]] = []
     for rank in sorted(ranked):
         s = ranked[rank]
-        g = s.gpu_time
+        g = s.get("gpu_time") or {}
+        steps_us = s.get("step_time_us") or {}
         rows.append(
             {
                 "rank": rank,
-                "device": asdict(s.device) if s.device else None,
-                "span_us": g.span_us if g else None,
-                "idle_us": g.idle_us if g else None,
-                "compute_us": g.compute_us if g else None,
-                "non_compute_us": g.non_compute_us if g else None,
-                "communication_us": g.communication_us if g else None,
-                "memcpy_us": g.memcpy_us if g else None,
-                "memset_us": g.memset_us if g else None,
-                "idle_pct": g.idle_pct if g else None,
-                "compute_pct": g.compute_pct if g else None,
-                "non_compute_pct": g.non_compute_pct if g else None,
-                "steps": len(s.steps),
-                "step_time_mean_us": s.step_time_mean_us,
-                "peak_allocated_bytes": s.peak_allocated_bytes,
-                "peak_reserved_bytes": s.peak_reserved_bytes,
+                "device": s.get("device"),
+                "span_us": g.get("span_us"),
+                "idle_us": g.get("idle_us"),
+                "compute_us": g.get("compute_us"),
+                "non_compute_us": g.get("non_compute_us"),
+                "communication_us": g.get("communication_us"),
+                "memcpy_us": g.get("memcpy_us"),
+                "memset_us": g.get("memset_us"),
+                "idle_pct": g.get("idle_pct"),
+                "compute_pct": g.get("compute_pct"),
+                "non_compute_pct": g.get("non_compute_pct"),
+                "steps": len(s.get("steps") or ()),
+                "step_time_mean_us": steps_us.get("mean"),
+                "peak_allocated_bytes": s.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": s.get("peak_reserved_bytes"),
             }
         )
     with_gpu = [r for r in rows if r["span_us"]]

@@ -168,7 +168,8 @@ def _resolve_hf(spec: ModelSpec, seq_len: int | None) -> ResolvedModel:
             with device:
                 model = auto_class.from_config(config, attn_implementation=spec.attn_implementation)
         except Exception as exc:
-            raise ModelBuildError(f"building {config.model_type!r} ({task}) raised {type(exc).__name__}: {exc}") from exc
+            message = f"building {config.model_type!r} ({task}) raised {type(exc).__name__}: {exc}"
+            raise ModelBuildError(message) from exc
         return model.to(device)
 
     def make_batch(batch_size: int, device: torch.device) -> Batch:
@@ -190,11 +191,16 @@ def _resolve_hf(spec: ModelSpec, seq_len: int | None) -> ResolvedModel:
 def enable_checkpointing(model: torch.nn.Module, hf: bool) -> None:
     """Activation checkpointing: HF's own switch, else every block of the largest ModuleList/Sequential."""
     if hf and getattr(model, "supports_gradient_checkpointing", False):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return
     from torch.utils.checkpoint import checkpoint
 
-    containers = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) and len(m) > 1]
+    sequences = (torch.nn.ModuleList, torch.nn.Sequential)
+    containers = [m for m in model.modules() if isinstance(m, sequences) and len(m) > 1]
     if not containers:
         return
     blocks = max(containers, key=lambda m: sum(p.numel() for p in m.parameters()))

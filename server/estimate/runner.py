@@ -86,7 +86,8 @@ def _serve_one() -> int:
         reply = {"ok": False, "kind": "absurd_request", "message": "the estimate ran out of host memory"}
     except Exception as exc:  # an estimator bug: report it as such, with the type, not a traceback
         logging.getLogger(__name__).exception("estimate failed")
-        reply = {"ok": False, "kind": "estimate_error", "message": f"internal estimator error: {type(exc).__name__}: {exc}"}
+        message = f"internal estimator error: {type(exc).__name__}: {exc}"
+        reply = {"ok": False, "kind": "estimate_error", "message": message}
     real_stdout.write(json.dumps(reply) + "\n")
     real_stdout.flush()
     return 0

@@ -1,8 +1,8 @@
 """The training step that is traced on `meta` and measured on CPU: one code path for both.
 
 Per optimizer step: `micro_batches` x (forward + loss under the autocast region, backward), then
-`optimizer.step()` and `zero_grad(set_to_none=True)`. Everything lives in function locals, so outputs and
-the loss die when a micro-batch ends (as in HF Trainer / Lightning), not at the next iteration.
+`optimizer.step()` and `zero_grad(set_to_none=True)`. The model output is dropped once the loss
+is computed and the loss when its micro-batch ends (as HF Trainer does), never held into the next iteration.
 GradScaler (fp16) is left out: its unscale works in place and its state is a few scalars.
 """
 
@@ -92,4 +92,18 @@ def _forward_backward(model: torch.nn.Module, batch: Batch, emulation: CudaStepE
         del output
         if scale > 1:
             loss = loss / scale
-    loss.backward()
+    # a second region for backward: torch.utils.checkpoint recomputes forwards under the autocast state of
+    # the original forward; nothing else in backward is a torch function, so this only affects recomputes
+    with emulation.autocast():
+        _backward(loss)
+
+
+def _backward(loss: torch.Tensor) -> None:
+    """`loss.backward()` without passing through torch-function handling: a TorchFunctionMode is popped
+    while it handles a call, so `loss.backward()` would run the whole backward (and activation
+    checkpointing's recomputed forwards) outside the emulation. The engine call keeps it active."""
+    run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if run is None:  # pragma: no cover - older torch
+        loss.backward()
+        return
+    run((loss,), (torch.ones_like(loss),), False, False, (), allow_unreachable=True, accumulate_grad=True)

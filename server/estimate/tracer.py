@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_leaves
 from server.estimate.roofline import OpCost, op_cost
 
 _aten = torch.ops.aten
+_META_SCALARS: dict[torch.dtype, Any] = {torch.bool: True, torch.float32: 1.0, torch.float16: 1.0, torch.bfloat16: 1.0}
 _NO_COST = {_aten.empty.memory_format, _aten.empty_strided.default, _aten.detach.default, _aten.lift_fresh.default}
 
 
@@ -98,6 +99,10 @@ class StorageRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if func is _aten._local_scalar_dense.default and args[0].device.type == "meta":
+            # a data-dependent branch (`.item()`, `if t.all():`) has no value on meta. Models use these to
+            # detect the unusual case (padding present, packed sequences), so read True / 1: the plain case.
+            return _META_SCALARS.get(args[0].dtype, 1)
         out = func(*args, **kwargs)
         new = False
         for t in tree_leaves(out):

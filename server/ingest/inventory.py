@@ -68,8 +68,8 @@ def sync_node(session: Session, cache: InventoryCache, *, node: str, agent_id: s
               node_info: NodeInfo | None, gpus: list[GpuInfo], dropped_samples_total: int,
               clock_skew_s: float | None, healthy: dict[str, bool]) -> dict[str, int]:
     """Record the node's inventory; return GPU uuid -> id for every GPU the node has reported."""
-    fingerprint = hash((agent_id, source, node_info.model_dump_json() if node_info else None,
-                        tuple(g.model_dump_json() for g in gpus), dropped_samples_total,
+    fingerprint = hash((agent_id, source, tuple(node_info.__dict__.values()) if node_info else None,
+                        tuple(tuple(g.__dict__.values()) for g in gpus), dropped_samples_total,
                         tuple(sorted(healthy.items()))))
     entry = cache.get(node)
     now_mono = time.monotonic()

@@ -65,9 +65,11 @@ async def ingest_samples(request: Request, principal: AgentAuth, settings: Setti
         def work() -> IngestAck:
             batch = _validate(SampleBatch, parse_json(body))
             with session_scope(request.app.state.sessionmaker) as session:
-                result = service.ingest_samples(session, batch, principal=principal,
-                                                cache=request.app.state.inventory_cache, now=time.time(),
-                                                max_future_skew_s=settings.max_future_skew_s)
+                prepared = service.prepare_samples(session, batch, principal=principal,
+                                                   cache=request.app.state.inventory_cache, now=time.time(),
+                                                   max_future_skew_s=settings.max_future_skew_s)
+            # Answered only once the writer committed the group this batch went into.
+            result = request.app.state.sample_writer.submit(prepared).result()
             INGEST_BATCHES.labels(kind="samples", duplicate=str(result.duplicate).lower()).inc()
             INGEST_SAMPLES.inc(result.accepted)
             return IngestAck(accepted=result.accepted, duplicate=result.duplicate, server_time=time.time())

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis import characterize as characterize_mod
+from server.analysis.trace_sections import merge_trace_sections
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, StepSeries
 from server.config import ServerSettings
 from server.db import is_postgres, session_scope
@@ -96,14 +97,13 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
     gpus = [load_gpu_series(session, gpu, start, end) for gpu, start, end in job_gpu_windows(session, job, now=now_dt)]
     oom = session.scalar(select(func.count()).select_from(JobEvent).where(JobEvent.job_pk == job.id,
                                                                           JobEvent.kind == "oom")) or 0
-    traces = [t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
-              for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
     return JobData(
         job_id=job.job_id, state=job.state, name=job.name, team=job.team, started_at=to_epoch(job.started_at),
         ended_at=to_epoch(job.ended_at), exit_code=job.exit_code, batch_size=job.batch_size,
         gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, gpus=gpus,
         steps=_load_steps(session, job), layers=_load_layers(session, job), oom_events=int(oom),
-        trace_summaries=traces,
+        # Uploaded traces are merged after characterization (server.analysis.trace_sections).
+        trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,
                                        price_per_kwh_usd=settings.price_per_kwh_usd),
     )
@@ -113,6 +113,9 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     """Characterize now and store the result (idempotent: same data, same report)."""
     now = time.time()
     report = characterize_mod.characterize(load_job_data(session, job, settings, now=now), now=now)
+    traces = [t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
+              for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
+    merge_trace_sections(report, traces)
     report.setdefault("team", job.team)
     report.setdefault("name", job.name)
     version = characterize_mod.ANALYZER_VERSION

@@ -93,7 +93,7 @@ def test_peaks_between_samples_are_kept() -> None:
 
 def test_unsupported_field_is_null_logged_once_and_not_asked_again(caplog: pytest.LogCaptureFixture) -> None:
     fake = make_fake(2)
-    fake.gpus[1].unsupported = {"nvmlDeviceGetPcieThroughput", "energy", "power_instant", "nvmlDeviceGetTotalEccErrors"}
+    fake.gpus[1].unsupported = {"nvmlDeviceGetPcieThroughput", "energy", "power_instant", "ecc"}
     fake.gpus[1].nvlink_links = 0
     dev = NvmlDevices(fake)
     assert dev.gpus()[1].power_source == "nvmlDeviceGetPowerUsage"  # falls back from the instant field

@@ -37,6 +37,8 @@ CASES: list[tuple[str, dict[str, Any], StepSettings, int]] = [
      StepSettings(optimizer="adam", precision="amp_fp16", grad_accumulation=2), 2),
     ("gpt2-checkpointing-sgd", {"hf": GPT2, "seq_len": 64},
      StepSettings(optimizer="sgd_momentum", activation_checkpointing=True), 4),
+    ("gpt2-checkpointing-amp_bf16", {"hf": GPT2, "seq_len": 64},
+     StepSettings(precision="amp_bf16", activation_checkpointing=True), 4),
     ("bert", {"hf": BERT, "seq_len": 64}, StepSettings(), 4),
     ("t5-amp_bf16", {"hf": T5, "seq_len": 32}, StepSettings(precision="amp_bf16"), 2),
     ("vit", {"hf": VIT}, StepSettings(optimizer="adagrad"), 4),

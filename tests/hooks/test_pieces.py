@@ -28,6 +28,7 @@ def test_child_env_sets_vars_and_keeps_pythonpath() -> None:
 
 def test_rss_peak_reads_vmhwm_from_a_fake_proc(tmp_path: Path) -> None:
     (tmp_path / "status").write_text("Name:\tpython\nVmPeak:\t 999 kB\nVmHWM:\t  2048 kB\nVmRSS:\t 1000 kB\n")
+    (tmp_path / "clear_refs").write_text("")
     rss = RssPeak(proc_self=tmp_path)
     assert rss.read_and_reset() == 2048 * 1024
     assert (tmp_path / "clear_refs").read_text() == "5"

@@ -108,10 +108,13 @@ def test_collector_down_never_slows_or_breaks_training(blackhole_url: str) -> No
     hooked = run_script("train_cnn.py", steps, server_url=blackhole_url, level="layers",
                         extra_env={"FLEETPROF_HOOKS_LAYER_EVERY": "5"})
     assert base.returncode == hooked.returncode == 0, hooked.stderr
-    assert len(_script_step_times(hooked.stdout)) == 30
-    # generous bounds (timing on a shared machine): no hang on the dead collector, at exit or during
-    assert _loop_s(hooked.stdout) <= 1.5 * _loop_s(base.stdout) + 0.5
-    assert hooked.wall_s <= base.wall_s + 4.0  # the exit flush waits at most 2 s
+    times = _script_step_times(hooked.stdout)
+    assert len(times) == 30
+    # A post that blocked the loop would cost a step the transport timeout (5 s); the other bounds are
+    # generous because this machine is shared (the overhead itself is measured by bench/hook_overhead.py).
+    assert max(times) < 1.0
+    assert _loop_s(hooked.stdout) <= 2 * _loop_s(base.stdout) + 1.0
+    assert hooked.wall_s <= base.wall_s + 5.0  # the exit flush waits at most 2 s
 
 
 def test_non_torch_program_imports_nothing_and_chains_sitecustomize(recorder: Recorder, tmp_path: Path) -> None:

@@ -39,8 +39,9 @@ def test_resent_samples_under_a_new_seq_are_not_duplicated(api, make_token, db_s
     token = make_token("agent", node="node-a")
     t0 = time.time() - 100
     assert api.post(SAMPLES, json=sample_batch(seq=0, t0=t0), headers=auth(token)).status_code == 200
+    # acknowledged (they are durable), but stored once: the (gpu, ts) key de-duplicates
     r = api.post(SAMPLES, json=sample_batch(seq=1, t0=t0), headers=auth(token))
-    assert r.status_code == 200 and r.json()["accepted"] == 0
+    assert r.status_code == 200 and r.json()["duplicate"] is False
     assert _count(db_session) == 20
 
 

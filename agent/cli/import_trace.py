@@ -1,0 +1,67 @@
+"""`fleetprof import-trace JOB_ID FILE [FILE ...]`: upload Kineto traces or CUDA memory snapshots.
+
+Kineto traces (`.json`, `.json.gz`, one file per rank) are sent as they are. A CUDA memory snapshot (the pickle
+written by `torch.cuda.memory._dump_snapshot`) is converted to JSON HERE, with an unpickler that loads no
+classes, because the server never unpickles uploads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+from pathlib import Path
+
+from fleetprof.errors import CliError
+
+from agent.cli.common import add_server_arguments, client_transport
+from agent.transport import TransportError
+
+PICKLE_MAGIC = b"\x80"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="Kineto trace(s) or snapshot pickle/JSON")
+    parser.add_argument("--rank", type=int, help="rank of a single trace without distributedInfo")
+    add_server_arguments(parser)
+
+
+def _payload(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    head = gzip.decompress(raw)[:1] if raw[:2] == b"\x1f\x8b" else raw[:1]
+    if head != PICKLE_MAGIC:
+        return raw if raw[:2] == b"\x1f\x8b" else gzip.compress(raw, compresslevel=5)
+    import json
+
+    from agent.snapshot import SnapshotFormatError, snapshot_to_json
+
+    try:
+        doc = snapshot_to_json(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except SnapshotFormatError as exc:
+        raise CliError(f"{path}: not a CUDA memory snapshot: {exc}") from None
+    return gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=5)
+
+
+def run(args: argparse.Namespace) -> int:
+    with client_transport(args.server, args.token) as t:
+        for name in args.files:
+            path = Path(name)
+            body = _payload(path)
+            params = {"filename": path.name}
+            if args.rank is not None:
+                params["rank"] = str(args.rank)
+            try:
+                resp = t.request("POST", f"/api/v1/jobs/{args.job_id}/traces", raw_body=body,
+                                 content_type="application/gzip", params=params,
+                                 compress=False)
+            except TransportError as exc:
+                raise CliError(f"{path}: {exc}") from None
+            info = resp.body
+            state = "uploaded" if info.get("created") else "already uploaded"
+            print(f"{path}: {state} as {info.get('kind')} (rank {info.get('rank')}) for job {args.job_id}",
+                  file=sys.stderr)
+    return 0

@@ -1,0 +1,40 @@
+"""Serve the dashboard in a thread, stoppable: `fleetprof up` runs it beside the collector."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def serve_dashboard(host: str, port: int, api_url: str, token: str | None, stop: threading.Event) -> None:
+    """Serve until `stop` is set. `token` becomes the default for visitors who have not signed in only when the
+    dashboard listens on loopback; on any other address each visitor signs in (the printed link carries it)."""
+    from werkzeug.serving import make_server
+
+    from dashboard.app import create_dash_app
+    from dashboard.config import DashboardSettings
+
+    settings = DashboardSettings()
+    default_token = token if _is_loopback(host) else None
+    app = create_dash_app(api_url, default_token, refresh_s=settings.dashboard_refresh_s,
+                          timeout_s=settings.dashboard_api_timeout_s)
+    server = make_server(host, port, app.server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="dashboard-http", daemon=True)
+    thread.start()
+    log.info("dashboard on http://%s:%d (API %s)", host, port, api_url)
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        server.server_close()

@@ -1,0 +1,77 @@
+"""Group commit for sample ingest: concurrent requests share one transaction and one bulk insert.
+
+A request thread hands its prepared batch to the writer and waits; the writer drains whatever is queued (up to
+`max_rows`), writes it in one transaction, commits, and then wakes every waiter. A request is thus still answered
+only after its data is committed, but a commit (and its WAL flush) is paid once per group, not per request.
+If a group fails, its batches are retried one by one so that one bad batch cannot fail the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from server.db import session_scope
+from server.ingest.service import IngestResult, PreparedSamples, write_samples
+
+log = logging.getLogger(__name__)
+
+
+class SampleWriter:
+    def __init__(self, factory: sessionmaker[Session], *, max_rows: int = 50_000):
+        self._factory = factory
+        self._max_rows = max_rows
+        self._queue: queue.Queue[tuple[PreparedSamples, Future[IngestResult]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="fleetprof-sample-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: PreparedSamples) -> Future[IngestResult]:
+        future: Future[IngestResult] = Future()
+        self._queue.put((item, future))
+        return future
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    def _drain(self, first: tuple[PreparedSamples, Future[IngestResult]]) -> tuple[list, bool]:  # type: ignore[type-arg]
+        group = [first]
+        rows = len(first[0].batch.samples)
+        while rows < self._max_rows:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                return group, True
+            group.append(nxt)
+            rows += len(nxt[0].batch.samples)
+        return group, False
+
+    def _write(self, group: list[tuple[PreparedSamples, Future[IngestResult]]]) -> None:
+        try:
+            with session_scope(self._factory) as session:
+                results = write_samples(session, [item for item, _ in group])
+        except Exception as exc:  # noqa: BLE001 - isolate the failing batch below
+            if len(group) == 1:
+                group[0][1].set_exception(exc)
+                return
+            log.warning("group of %d batches failed (%s); retrying one by one", len(group), exc)
+            for one in group:
+                self._write([one])
+            return
+        for (_, future), result in zip(group, results):
+            future.set_result(result)
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is None:
+                break
+            group, stop = self._drain(first)
+            self._write(group)

@@ -1,0 +1,69 @@
+"""POST /api/v1/jobs/{job_id}/traces: upload a Kineto trace or a snapshot converted to JSON."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from server.db import session_scope
+from server.deps import EventWriterAuth, SettingsDep
+from server.errors import PayloadTooLarge
+from server.jobs import service as job_service
+from server.traces import service as trace_service
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["traces"])
+
+
+class TraceRead(BaseModel):
+    job_id: str
+    kind: str
+    filename: str | None
+    rank: int | None
+    size_bytes: int
+    sha256: str
+    created: bool
+    summary: dict[str, Any]
+
+
+@router.post("/{job_id}/traces", response_model=TraceRead,
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"type": "object"}},
+                 "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}},
+             responses={401: {}, 403: {}, 404: {}, 409: {}, 413: {}, 415: {}, 422: {}},
+             summary="Upload a PyTorch profiler (Kineto) trace (.json or .json.gz) or a memory snapshot JSON")
+async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth, settings: SettingsDep,
+                       filename: str | None = Query(None, max_length=500),
+                       rank: int | None = Query(None, ge=0, le=1_000_000)) -> TraceRead:
+    factory = request.app.state.sessionmaker
+    with factory() as session:  # authorise before reading a possibly large body
+        job_service.get_writable_job(session, job_id=job_id, principal=principal)
+        session.commit()
+    blob_dir = settings.blob_dir
+    fd, tmp = trace_service.new_temp_file(blob_dir)
+    try:
+        size = 0
+        with os.fdopen(fd, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > settings.max_trace_upload_bytes:
+                    raise PayloadTooLarge(f"trace upload exceeds the limit of {settings.max_trace_upload_bytes} bytes")
+                f.write(chunk)
+
+        def work() -> TraceRead:
+            upload = trace_service.stage(tmp, blob_dir)
+            with session_scope(factory) as session:
+                job = job_service.get_writable_job(session, job_id=job_id, principal=principal)
+                trace, created = trace_service.store_upload(session, job=job, upload=upload, blob_dir=blob_dir,
+                                                            filename=filename, rank=rank,
+                                                            max_trace_bytes=settings.max_trace_bytes)
+                return TraceRead(job_id=job_id, kind=trace.kind, filename=trace.filename, rank=trace.rank,
+                                 size_bytes=trace.size_bytes, sha256=trace.sha256, created=created,
+                                 summary=trace.summary)
+
+        return await run_in_threadpool(work)
+    finally:
+        tmp.unlink(missing_ok=True)  # moved into place on success; removed on any failure

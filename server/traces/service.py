@@ -1,0 +1,150 @@
+"""Uploaded artefacts: Kineto traces and CUDA memory snapshots (already converted to JSON on the client).
+
+The server never unpickles: a pickle is refused with 415 and a pointer to `fleetprof import-trace`, which
+converts it client-side. Blobs are stored under a server-chosen name (job primary key + SHA-256), never a path
+derived from the client.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from server.analysis import alloc_trace
+from server.analysis.kineto import summarize_trace
+from server.analysis.packing import optimization_section
+from server.analysis.snapshot import SnapshotFormatError, parse_snapshot_json
+from server.analysis.trace_io import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
+from server.errors import Conflict, InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from server.models import Job, Trace
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FORMAT = "fleetprof.snapshot.v1"
+PICKLE_MAGIC = b"\x80"
+SNIFF_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class StagedUpload:
+    path: Path
+    size_bytes: int
+    sha256: str
+    gzipped: bool
+
+
+def stage(chunks_path: Path, blob_dir: Path) -> StagedUpload:
+    digest = hashlib.sha256()
+    size = 0
+    with open(chunks_path, "rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        while block := f.read(1 << 20):
+            digest.update(block)
+            size += len(block)
+    return StagedUpload(chunks_path, size, digest.hexdigest(), head == GZIP_MAGIC)
+
+
+def new_temp_file(blob_dir: Path) -> tuple[int, Path]:
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".upload-", dir=blob_dir)
+    return fd, Path(name)
+
+
+def _sniff(upload: StagedUpload, max_bytes: int) -> str:
+    """'kineto' | 'snapshot'; refuses pickles and anything that is not JSON."""
+    try:
+        with open_trace(upload.path, max_bytes=max_bytes) as stream:
+            head = stream.read(SNIFF_BYTES)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise InvalidInput(f"unreadable upload: {exc}") from None
+    if head[:1] == PICKLE_MAGIC:
+        raise UnsupportedMediaType("this looks like a pickle (a CUDA memory snapshot?): the server never unpickles "
+                                   "uploads. Use `fleetprof import-trace JOB_ID FILE`, which converts snapshots to "
+                                   "JSON on your side")
+    text = head.lstrip()
+    if not text.startswith(b"{"):
+        raise InvalidInput("upload is not a JSON object (expected a Kineto trace or a fleetprof snapshot JSON)")
+    if SNAPSHOT_FORMAT.encode() in head:
+        return "snapshot"
+    return "kineto"
+
+
+def _kineto_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
+    try:
+        summary = summarize_trace(upload.path, max_bytes=max_bytes).to_dict()
+    except TraceTooLargeError as exc:
+        raise PayloadTooLarge(str(exc)) from None
+    except (TraceFormatError, ValueError) as exc:
+        raise InvalidInput(f"not a readable Kineto trace: {exc}") from None
+    if summary.get("counts", {}).get("memory_events"):
+        try:
+            trace = alloc_trace.from_kineto(upload.path)
+            if len(trace.size_bytes):
+                summary["optimization"] = optimization_section(
+                    trace, observed_reserved_bytes=trace.observed_reserved_bytes,
+                    gpu_name=(summary.get("device") or {}).get("name"))
+        except (ValueError, TraceFormatError) as exc:
+            summary.setdefault("notes", []).append(f"no offset plan: {exc}")
+    return summary
+
+
+def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
+    with open_trace(upload.path, max_bytes=max_bytes) as stream:
+        try:
+            doc = orjson.loads(stream.read())
+        except (orjson.JSONDecodeError, EOFError, OSError) as exc:
+            raise InvalidInput(f"malformed snapshot JSON: {exc}") from None
+    try:
+        snap = parse_snapshot_json(doc)
+    except SnapshotFormatError as exc:
+        raise InvalidInput(f"invalid snapshot: {exc}") from None
+    summary = snap.to_dict()
+    events = snap.allocator_events()
+    if events:
+        try:
+            trace = alloc_trace.from_allocator_events(events)
+            if len(trace.size_bytes):
+                summary["optimization"] = optimization_section(trace, observed_reserved_bytes=trace.observed_reserved_bytes,
+                                                               snapshot=summary)
+        except ValueError as exc:
+            summary.setdefault("notes", []).append(f"no offset plan: {exc}")
+    return summary
+
+
+def store_upload(session: Session, *, job: Job, upload: StagedUpload, blob_dir: Path, filename: str | None,
+                 rank: int | None, max_trace_bytes: int) -> tuple[Trace, bool]:
+    """Parse, store the blob and the summary; (trace, created). The same bytes uploaded again are a no-op."""
+    existing = session.scalars(select(Trace).where(Trace.job_pk == job.id, Trace.sha256 == upload.sha256)).first()
+    if existing is not None:
+        return existing, False
+    kind = _sniff(upload, max_trace_bytes)
+    summary = (_kineto_summary if kind == "kineto" else _snapshot_summary)(upload, max_trace_bytes)
+    if kind == "kineto":
+        rank = rank if rank is not None else summary.get("rank")
+        if rank is not None:
+            clash = session.scalars(select(Trace).where(Trace.job_pk == job.id, Trace.kind == "kineto",
+                                                        Trace.rank == rank)).first()
+            if clash is not None:
+                raise Conflict(f"job {job.job_id!r} already has a Kineto trace for rank {rank} "
+                               f"({clash.filename}); upload each rank once")
+    key = f"{job.id}/{upload.sha256}.json" + (".gz" if upload.gzipped else "")
+    final = blob_dir / key
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(upload.path, final)
+    safe_name = Path(filename).name[:500] if filename else None
+    trace = Trace(job_pk=job.id, kind=kind, filename=safe_name, rank=rank, size_bytes=upload.size_bytes,
+                  sha256=upload.sha256, blob_key=key, summary=summary)
+    session.add(trace)
+    session.flush()
+    return trace, True
