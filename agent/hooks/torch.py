@@ -234,20 +234,19 @@ class Profiler:
                 self._stop_alloc_trace(upload=False)
 
     def _boundary(self) -> None:
-        now = self._perf()
         if self._step_start is None:
-            self._step_start = now  # no forward seen: an empty first step rather than a made-up one
+            self._step_start = self._perf()  # no forward seen: an empty first step, not a made-up one
         step = self.steps_done
         ev = self._base("step")
-        ev.update(step=step, wall_s=max(0.0, now - self._step_start), samples=self._samples)
+        ev.update(step=step, samples=self._samples)
         cuda = torch.cuda.is_initialized()
-        end_ev = None
+        start_ev, end_ev = self._cuda_start_ev, None
         if cuda:
-            ev["allocated_peak_bytes"], ev["reserved_peak_bytes"] = cuda_peaks_and_reset(torch)
-            ev["memory_source"] = "cuda_allocator"
-            if self._cuda_start_ev is not None:
+            if start_ev is not None:
                 end_ev = torch.cuda.Event(enable_timing=True)
                 end_ev.record()
+            ev["allocated_peak_bytes"], ev["reserved_peak_bytes"] = cuda_peaks_and_reset(torch)
+            ev["memory_source"] = "cuda_allocator"
         else:
             rss = self._rss.read_and_reset()
             if rss is not None:
@@ -256,10 +255,6 @@ class Profiler:
                 ev["memory_source"] = "cpu_rss"
         if not self._job_start_sent:
             self._send_job_start()
-        if end_ev is not None:
-            self._cuda_pending.append((ev, self._cuda_start_ev, end_ev))
-        else:
-            self.sender.put(ev)
         if self._sampler.active:
             for fields in self._sampler.finish():
                 layer = self._base("layer")
@@ -267,9 +262,8 @@ class Profiler:
                 self.sender.put(layer)
         self._drain_cuda(final=False)
 
-        # next step
+        # prepare the next step
         self.steps_done += 1
-        self._step_start = now
         self._samples = None
         self._forwards = 0
         self._last_boundary_by_opt = False
@@ -284,6 +278,16 @@ class Profiler:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
         self._alloc_trace_tick(cuda)
+
+        # The step ends after our own bookkeeping: the user's clock around optimizer.step() counts it too,
+        # so the hooks' cost lands in the step that paid it rather than in the next one.
+        now = self._perf()
+        ev["wall_s"] = max(0.0, now - self._step_start)
+        self._step_start = now
+        if end_ev is not None:
+            self._cuda_pending.append((ev, start_ev, end_ev))
+        else:
+            self.sender.put(ev)
 
     def _is_sampled(self, step: int) -> bool:
         """Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery)."""

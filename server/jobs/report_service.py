@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from sqlalchemy import func, literal_column, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import SAMPLE_FIELDS
@@ -118,14 +120,14 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     merge_trace_sections(report, traces)
     report.setdefault("team", job.team)
     report.setdefault("name", job.name)
-    version = characterize_mod.ANALYZER_VERSION
-    row = session.get(Report, (job.id, version))
-    if row is None:
-        session.add(Report(job_pk=job.id, analyzer_version=version, computed_at=from_epoch(now), data=report))
-    else:
-        row.computed_at = from_epoch(now)  # type: ignore[assignment]
-        row.data = report
-    session.flush()
+    # An upsert: the worker (or the in-process task) and a reader may characterize the same job at once.
+    ins = pg_insert if is_postgres(session) else sqlite_insert
+    stmt = ins(Report).values(job_pk=job.id, analyzer_version=characterize_mod.ANALYZER_VERSION,
+                              computed_at=from_epoch(now), data=report)
+    session.execute(stmt.on_conflict_do_update(index_elements=["job_pk", "analyzer_version"],
+                                               set_={"computed_at": stmt.excluded.computed_at,
+                                                     "data": stmt.excluded.data}))
+    session.expire_all()
     return report
 
 
@@ -172,3 +174,20 @@ def jobs_due(session: Session, *, every_s: float) -> list[int]:
                                      and now >= ended_at + LATE_DATA_WINDOW):
             due.append(pk)
     return due
+
+
+def rightsizing_history(session: Session, job: Job, *, limit: int) -> list[tuple[str, dict]]:
+    """(job_id, rightsizing inputs) of this job and earlier runs of the same name and team, oldest first.
+
+    Only the small `rightsizing_inputs` part of each cached report is read, never the samples.
+    """
+    version = characterize_mod.ANALYZER_VERSION
+    inputs = Report.data["rightsizing_inputs"]
+    stmt = (select(Job.job_id, inputs).join(Report, (Report.job_pk == Job.id) & (Report.analyzer_version == version))
+            .order_by(Job.started_at.desc().nulls_last(), Job.id.desc()).limit(limit))
+    if job.name:
+        stmt = stmt.where(Job.name == job.name, (Job.team == job.team) if job.team else Job.team.is_(None))
+    else:
+        stmt = stmt.where(Job.id == job.id)
+    rows = [(jid, data) for jid, data in session.execute(stmt) if isinstance(data, dict)]
+    return rows[::-1]

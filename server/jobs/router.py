@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis.downsample import downsample
+from server.analysis.rightsizing import rightsize
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
 from server.jobs import report_service
@@ -139,3 +140,16 @@ def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
     series = _series(session, job, metric, points, since, until)
     return TimeseriesOut(job_id=job.job_id, metric=metric, unit=_unit(metric), source="nvml", points=points,
                          series=series)
+
+
+@router.get("/{job_id}/rightsizing", responses=JOB_NOT_FOUND,
+            summary="Right-sizing: GPU type and count, batch size, power cap, with reasons and evidence")
+def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+                    history: int = Query(50, ge=1, le=500, description="past runs of the same job name to use"),
+                    ) -> dict[str, Any]:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    if report_service.cached_report(session, job) is None:
+        report_service.compute_report(session, job, settings)
+    runs = report_service.rightsizing_history(session, job, limit=history)
+    result = rightsize([r for _, r in runs])
+    return {"job_id": job.job_id, "name": job.name, "history_job_ids": [j for j, _ in runs], **result}

@@ -6,6 +6,7 @@ import json
 import re
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -104,9 +105,12 @@ def blackhole_url() -> Iterator[str]:
 
 def test_collector_down_never_slows_or_breaks_training(blackhole_url: str) -> None:
     steps = "30"
-    base = run_script("train_cnn.py", steps, server_url=None, hooks=False)
-    hooked = run_script("train_cnn.py", steps, server_url=blackhole_url, level="layers",
-                        extra_env={"FLEETPROF_HOOKS_LAYER_EVERY": "5"})
+    # side by side, so that the load of this shared machine weighs on both runs alike
+    with ThreadPoolExecutor(2) as pool:
+        base_f = pool.submit(run_script, "train_cnn.py", steps, server_url=None, hooks=False)
+        hooked_f = pool.submit(run_script, "train_cnn.py", steps, server_url=blackhole_url, level="layers",
+                               extra_env={"FLEETPROF_HOOKS_LAYER_EVERY": "5"})
+        base, hooked = base_f.result(), hooked_f.result()
     assert base.returncode == hooked.returncode == 0, hooked.stderr
     times = _script_step_times(hooked.stdout)
     assert len(times) == 30
