@@ -23,7 +23,8 @@ class AgentSettings(BaseSettings):
     fast_interval_s: float = 0.1
     spool_dir: Path = Path(".fleetprof/spool")
     spool_max_bytes: int = 256 * 1024 * 1024
-    # Node agent: where samples come from ("nvml", "replay:FILE"; "fake:N" simulates N GPUs for the bench),
+    # Node agent: where samples come from ("nvml", "replay:FILE" as if live, "replay-original:FILE" with the
+    # recording's own timestamps; "fake:N" simulates N GPUs for the bench),
     # how often a batch is cut and spooled (what a kill -9 of the agent itself can lose at most), the host's
     # /proc (hostPID in Kubernetes) and the kubelet pod-resources socket used for job attribution.
     source: str = "nvml"
@@ -32,9 +33,10 @@ class AgentSettings(BaseSettings):
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     ship_backoff_max_s: float = 60.0
     http_timeout_s: float = 10.0
-    # Framework hooks: "off" | "default" (steps + allocator peaks) | "layers" (+ per-module timing)
+    # Framework hooks: "off" | "default" (steps, allocator peaks, per-module timing every
+    # `hooks_layer_every`-th step) | "layers" (per-module timing on every step: more detail, more overhead)
     hooks_level: str = "default"
-    hooks_layer_every: int = 50
+    hooks_layer_every: int = 100
     hooks_alloc_trace_steps: int = 0
 
 

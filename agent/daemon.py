@@ -34,22 +34,24 @@ class SourceError(ValueError):
 
 
 def open_devices(source: str) -> Devices:
-    """`nvml`, `replay:FILE` (a recording played as if live) or `fake:N` (N simulated GPUs with realistic
-    NVML latencies, for the overhead benchmark; batches are labelled source="test")."""
+    """`nvml`, `replay:FILE` (a recording played as if live: our clock, looping), `replay-original:FILE` (the
+    recording's own timestamps and values, one sample per recorded row, once) or `fake:N` (N simulated GPUs
+    with realistic NVML latencies, for the overhead benchmark; batches are labelled source="test")."""
     kind, _, arg = source.partition(":")
     if kind == "nvml":
         from agent.devices.nvml import NvmlDevices
 
         return NvmlDevices()
-    if kind == "replay":
+    if kind in ("replay", "replay-original"):
         if not arg:
-            raise SourceError("--source replay:FILE needs a file")
-        from agent.devices.replay import ReplayDevices
+            raise SourceError(f"--source {kind}:FILE needs a file")
+        from agent.devices.replay import OriginalReplayDevices, ReplayDevices
 
         try:
-            return ReplayDevices(read_recording(arg))
+            rec = read_recording(arg)
         except RecordingError as exc:
             raise SourceError(f"cannot replay {arg}: {exc}") from None
+        return OriginalReplayDevices(rec) if kind == "replay-original" else ReplayDevices(rec)
     if kind == "fake":
         from agent.devices.fake import FakeNvml
         from agent.devices.nvml import NvmlDevices
@@ -61,7 +63,7 @@ def open_devices(source: str) -> Devices:
         devices = NvmlDevices(FakeNvml.with_gpus(n, realistic=True))
         devices.source = "test"
         return devices
-    raise SourceError(f"unknown source {source!r} (expected nvml, replay:FILE or fake:N)")
+    raise SourceError(f"unknown source {source!r} (expected nvml, replay:FILE, replay-original:FILE or fake:N)")
 
 
 class Agent:
@@ -81,11 +83,18 @@ class Agent:
         self.transport = transport or Transport(settings.server_url, settings.token,
                                                 timeout_s=settings.http_timeout_s)
         self.shipper = Shipper(self.spool, self.transport, backoff_max_s=settings.ship_backoff_max_s)
-        self.sampler = Sampler(
-            devices, node=node, agent_id=self.agent_id, clock=clock,
-            attributor=attributor or Attributor(settings.proc_root,
-                                                pod_resources_socket=settings.pod_resources_socket),
-        )
+        from agent.devices.replay import OriginalReplayDevices, RecordedSampler
+
+        self.sampler: Sampler | RecordedSampler
+        if isinstance(devices, OriginalReplayDevices):
+            # the recording's own rows and timestamps: no fast ticks, no re-aggregation, no attribution
+            self.sampler = RecordedSampler(devices, node=node, agent_id=self.agent_id, clock=clock)
+        else:
+            self.sampler = Sampler(
+                devices, node=node, agent_id=self.agent_id, clock=clock,
+                attributor=attributor or Attributor(settings.proc_root,
+                                                    pod_resources_socket=settings.pod_resources_socket),
+            )
 
     def cut_batch(self) -> int:
         """Spool the rows gathered so far as one batch; returns the samples spooled."""
@@ -113,7 +122,7 @@ class Agent:
         next_sample = start + s.interval_s
         next_fast = start
         next_batch = start + s.batch_interval_s
-        fast = 0 < s.fast_interval_s < s.interval_s
+        fast = 0 < s.fast_interval_s < s.interval_s and isinstance(self.sampler, Sampler)
 
         def fast_tick_if_due() -> None:
             nonlocal next_fast

@@ -64,7 +64,7 @@ class RecordingError(ValueError):
 class SampleRow:
     ts: float
     gpu_uuid: str
-    values: dict[str, float | int | None]
+    values: dict[str, float | int | None]  # protocol field -> value; plus "healthy" (bool) when recorded
 
 
 @dataclass
@@ -74,6 +74,8 @@ class ProcessRow:
     pid: int
     used_memory_bytes: int | None
     job_id: str | None = None
+    # how the recording agent found the job ("env:FLEETPROF_JOB_ID", ...); None = not recorded / unattributed
+    attribution: str | None = None
 
 
 @dataclass
@@ -219,11 +221,16 @@ def _read_fleetprof(lines: list[str]) -> Recording:
         cols = batch.samples
         present = [(name, getattr(cols, name)) for name, _ in SAMPLE_FIELDS if getattr(cols, name) is not None]
         for i, (ts, uuid) in enumerate(zip(cols.ts, cols.gpu_uuid)):
-            rows.append(SampleRow(ts, uuid, {name: col[i] for name, col in present}))
+            values: dict[str, Any] = {name: col[i] for name, col in present}
+            if cols.healthy is not None:
+                values["healthy"] = cols.healthy[i]  # a GPU recorded as lost replays as lost
+            rows.append(SampleRow(ts, uuid, values))
         if batch.processes is not None:
             p = batch.processes
+            how = p.attribution if p.attribution is not None else [None] * len(p.ts)
             for i in range(len(p.ts)):
-                procs.append(ProcessRow(p.ts[i], p.gpu_uuid[i], p.pid[i], p.used_memory_bytes[i], p.job_id[i]))
+                procs.append(ProcessRow(p.ts[i], p.gpu_uuid[i], p.pid[i], p.used_memory_bytes[i], p.job_id[i],
+                                        how[i]))
     if not rows:
         raise RecordingError("recording holds no samples")
     rows.sort(key=lambda r: (r.ts, r.gpu_uuid))
@@ -253,6 +260,8 @@ def read_recording(path: str | Path, *, tz: str = "UTC") -> Recording:
 
 def _columns(rows: list[SampleRow]) -> SampleColumns:
     cols: dict[str, Any] = {"ts": [r.ts for r in rows], "gpu_uuid": [r.gpu_uuid for r in rows]}
+    if rows and all(isinstance(r.values.get("healthy"), bool) for r in rows):
+        cols["healthy"] = [r.values["healthy"] for r in rows]
     for name, _ in SAMPLE_FIELDS:
         if any(name in r.values for r in rows):
             cols[name] = [r.values.get(name) for r in rows]
@@ -279,6 +288,7 @@ def make_batch(rows: list[SampleRow], *, rec: Recording, node: str, agent_id: st
             ts=[p.ts for p in processes], gpu_uuid=[p.gpu_uuid for p in processes],
             pid=[p.pid for p in processes], used_memory_bytes=[p.used_memory_bytes for p in processes],
             job_id=[p.job_id for p in processes],
+            attribution=[p.attribution for p in processes] if any(p.attribution for p in processes) else None,
         )
     return SampleBatch(
         protocol_version=PROTOCOL_VERSION, node=node, agent_id=agent_id, seq=seq, sent_at=sent_at,

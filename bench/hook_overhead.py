@@ -181,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     sink, url = start_sink()
-    # (label, level, layer_every): "layers" at its default rate, and every step (the worst case).
-    configs = [("default", "default", 50), ("layers/50", "layers", 50), ("layers/1", "layers", 1)]
+    # (label, level, layer_every): the default level (per-module timing every 100th step), the default level
+    # sampling modules every 10th step, and level "layers" (every step: the worst case).
+    configs = [("default", "default", 100), ("default/10", "default", 10), ("layers", "layers", 1)]
     factories = {"cnn": make_cnn, "transformer": make_transformer}
     rows = []
     try:

@@ -106,6 +106,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app = FastAPI(title="fleetprof", version="1.0", description=API_DESCRIPTION, lifespan=lifespan)
 
     from server.errors import install_error_handlers
+    from server.estimate.router import router as estimate_router
     from server.fleet.router import router as fleet_router
     from server.health import router as health_router
     from server.ingest.router import router as ingest_router
@@ -115,8 +116,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     from server.traces.router import router as traces_router
 
     install_error_handlers(app)
-    for r in (health_router, ingest_router, jobs_router, traces_router, nodes_router, fleet_router):
+    for r in (health_router, ingest_router, jobs_router, traces_router, nodes_router, fleet_router, estimate_router):
         app.include_router(r)
 
+    from server.ratelimit import RequestGuardMiddleware  # inside ObserveMiddleware: 429/413 get its headers
+    app.add_middleware(RequestGuardMiddleware, settings=settings)
     app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)
     return app

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+
+log = logging.getLogger(__name__)
+
+# Seconds a client is asked to wait when the database is unreachable (restart, failover, pool exhausted).
+DATABASE_RETRY_AFTER_S = 3
 
 
 class DomainError(Exception):
@@ -58,6 +67,37 @@ class TooManyRequests(DomainError):
         super().__init__(message, headers={"Retry-After": str(retry_after_s)})
 
 
+def _raw_dbapi_transient() -> tuple[type[BaseException], ...]:
+    """DBAPI errors raised unwrapped: the ingest fast path runs SQL on the raw psycopg2 cursor."""
+    classes: list[type[BaseException]] = [sqlite3.OperationalError]  # embedded mode: "database is locked"
+    try:
+        import psycopg2
+
+        classes += [psycopg2.OperationalError, psycopg2.InterfaceError]
+    except ImportError:  # pragma: no cover - psycopg2 is a dependency of the server
+        pass
+    return tuple(classes)
+
+
+RAW_TRANSIENT_DB_ERRORS = _raw_dbapi_transient()
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """A failure of the database *service* (down, restarting, connection lost, pool exhausted, deadlock or
+    serialization failure), as opposed to a bug or bad data: worth a retry, so 503, not 500."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        return exc.connection_invalidated or isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError))
+    return isinstance(exc, (sa_exc.TimeoutError, *RAW_TRANSIENT_DB_ERRORS))
+
+
+def database_unavailable_response(exc: BaseException) -> JSONResponse:
+    # One line, no traceback: during an outage every request fails the same way.
+    log.warning("database unavailable, answering 503: %s: %s", type(exc).__name__, str(exc).splitlines()[0]
+                if str(exc) else "")
+    return JSONResponse({"detail": "database unavailable; retry later"}, status_code=503,
+                        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(_: Request, exc: DomainError) -> JSONResponse:
@@ -71,3 +111,11 @@ def install_error_handlers(app: FastAPI) -> None:
         # Pydantic's error list, made JSON-safe (it can carry the offending float('nan') itself).
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
+
+    async def _database(_: Request, exc: Exception) -> JSONResponse:
+        if not is_database_unavailable(exc):
+            raise exc  # a bug (IntegrityError, ProgrammingError...): the default 500 path logs the traceback
+        return database_unavailable_response(exc)
+
+    for cls in (sa_exc.DBAPIError, sa_exc.TimeoutError, *RAW_TRANSIENT_DB_ERRORS):
+        app.add_exception_handler(cls, _database)

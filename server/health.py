@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
@@ -41,5 +41,25 @@ def readyz(request: Request) -> JSONResponse:
 def metrics(request: Request) -> Response:
     from server.fleet.prometheus import fleet_gauges_text
 
-    body = generate_latest(REGISTRY).decode() + fleet_gauges_text(request.app.state.sessionmaker)
+    body = generate_latest(REGISTRY).decode()
+    broker = _broker_registry(request)
+    if broker is not None:
+        body += generate_latest(broker).decode()
+    body += fleet_gauges_text(request.app.state.sessionmaker)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _broker_registry(request: Request) -> CollectorRegistry | None:
+    """Queue depth and worker task latency, read from Redis at scrape time (cluster mode only). Built on the
+    first scrape and kept on the app: one Redis connection pool per app."""
+    state = request.app.state
+    if not hasattr(state, "broker_metrics"):
+        settings = state.settings
+        registry = None
+        if settings.broker_url:
+            from server.metrics import broker_collector
+
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(broker_collector(settings.broker_url, settings.queue_name))
+        state.broker_metrics = registry
+    return state.broker_metrics

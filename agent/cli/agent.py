@@ -18,9 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", help="agent-scope API token (default: FLEETPROF_TOKEN)")
     parser.add_argument("--interval", type=float, metavar="SECONDS",
                         help="sampling interval (default: FLEETPROF_INTERVAL_S or 1)")
-    parser.add_argument("--source", metavar="nvml|replay:FILE",
-                        help="where samples come from: the GPUs (nvml) or a recording played as if live "
-                             "(default: FLEETPROF_SOURCE or nvml)")
+    parser.add_argument("--source", metavar="nvml|replay:FILE|replay-original:FILE",
+                        help="where samples come from (default: FLEETPROF_SOURCE or nvml). nvml: this node's GPUs. "
+                             "replay:FILE: a recording (nvidia-smi CSV log or fleetprof .jsonl, e.g. a spool "
+                             "segment) played as if live: samples get this agent's clock and its per-interval "
+                             "mean/max, and the file loops. replay-original:FILE: the recording's own "
+                             "timestamps and values, one sample per recorded row, verbatim, one recorded "
+                             "timestep per --interval, once; the agent keeps shipping after the end until "
+                             "stopped. fake:N: N simulated GPUs (benchmark)")
     parser.add_argument("--spool", type=Path, metavar="DIR", help="spool directory (default: FLEETPROF_SPOOL_DIR)")
     parser.add_argument("--node", metavar="NAME", help="node name (default: FLEETPROF_NODE_NAME or the hostname)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))

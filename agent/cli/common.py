@@ -8,13 +8,13 @@ from agent.config import load_settings
 from agent.transport import Transport
 
 
-def client_transport(server_url: str | None = None, token: str | None = None) -> Transport:
+def client_transport(server_url: str | None = None, token: str | None = None, *, timeout_s: float = 60.0) -> Transport:
     settings = load_settings(server_url=server_url, token=token)
     if not settings.server_url:
         raise CliError("no server: set FLEETPROF_SERVER_URL (e.g. http://127.0.0.1:8000) or pass --server")
     if not settings.token:
         raise CliError("no token: set FLEETPROF_TOKEN (create one with `fleetprof token create`) or pass --token")
-    return Transport(settings.server_url, settings.token)
+    return Transport(settings.server_url, settings.token, timeout_s=timeout_s)
 
 
 def add_server_arguments(parser) -> None:  # type: ignore[no-untyped-def]

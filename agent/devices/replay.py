@@ -1,19 +1,32 @@
-"""Plays a `Recording` (nvidia-smi CSV log or fleetprof JSONL) as if it were a live node.
+"""Plays a `Recording` (nvidia-smi CSV log or fleetprof JSONL) through the node agent. Two modes:
 
-At wall time t after start the device reports the recorded timestep whose offset from the recording's start
-is the latest one <= t * speed, looping when `loop` is set. Everything downstream (fast sampling, spool,
-shipper) runs exactly as with NVML; batches are labelled `source="replay"` so nobody mistakes them for live
-telemetry. Recorded process rows keep their recorded job ids: their pids are not this host's.
+- `--source replay:FILE` (`ReplayDevices`): *as if live*. At wall time t after start the device reports the
+  recorded timestep whose offset from the recording's start is the latest one <= t * speed, looping when
+  `loop` is set. Everything downstream (fast sampling, spool, shipper) runs exactly as with NVML: samples get
+  the agent's own clock and the per-interval mean/max of its fast sampling.
+- `--source replay-original:FILE` (`OriginalReplayDevices` + `RecordedSampler`): the recording's *own*
+  timestamps and values. Each sampling interval ships the next recorded timestep, one sample per recorded
+  row, verbatim (no mean/max re-aggregation, no clock of ours), as fast as the interval allows, once (no
+  loop). It delivers a recording (e.g. a spool copied off a GPU node) through the real agent path (spool,
+  shipper, retries) so that what the collector stores equals the recording row for row.
+
+Batches are labelled `source="replay"` so nobody mistakes them for live telemetry. Recorded process rows keep
+their recorded job ids: their pids are not this host's.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
+import math
 import time
 from collections.abc import Callable
 
 from agent.devices.base import Devices, GpuIdentity, GpuProcess, GpuReading, NodeFacts
-from agent.recordings import ProcessRow, Recording, iter_timesteps
+from agent.protocol import SampleBatch
+from agent.recordings import ProcessRow, Recording, SampleRow, iter_timesteps, make_batch
+
+log = logging.getLogger(__name__)
 
 _W_TO_MW = 1000.0
 _J_TO_MJ = 1000.0
@@ -129,3 +142,95 @@ class ReplayDevices(Devices):
         return [GpuProcess(p.pid, p.used_memory_bytes, job_id=p.job_id,
                            attribution="recording" if p.job_id else None)
                 for p in self._procs[self._proc_offsets[k]] if p.gpu_uuid == uuid]
+
+
+class OriginalReplayDevices(ReplayDevices):
+    """A recording played with its own timestamps: `next_timestep()` hands out each recorded timestep once.
+
+    The `Devices` readings (`read`, `read_fast`, `processes`) still answer as-if-live replay does, so the
+    inventory and anything that only reads devices work unchanged; the agent ships through `RecordedSampler`.
+    """
+
+    def __init__(self, recording: Recording, *, clock: Callable[[], float] = time.monotonic):
+        super().__init__(recording, clock=clock, loop=False)
+        self._groups = list(iter_timesteps(recording))
+        self._next = 0
+        self._procs_sorted = sorted(recording.processes, key=lambda p: p.ts)
+        self._proc_ts = [p.ts for p in self._procs_sorted]
+
+    @property
+    def steps_total(self) -> int:
+        return len(self._groups)
+
+    @property
+    def steps_played(self) -> int:
+        return self._next
+
+    @property
+    def finished(self) -> bool:
+        return self._next >= len(self._groups)
+
+    def next_timestep(self) -> tuple[list[SampleRow], list[ProcessRow]] | None:
+        """The next recorded timestep's rows (one per GPU) and the process rows recorded since the previous
+        timestep (up to and including this one's timestamp; the first step also takes any earlier ones, the
+        last one any later ones, so every recorded process row is shipped exactly once). None at the end."""
+        if self.finished:
+            return None
+        i = self._next
+        self._next += 1
+        rows = self._groups[i]
+        lo = 0 if i == 0 else bisect.bisect_right(self._proc_ts, self._groups[i - 1][0].ts)
+        hi = len(self._proc_ts) if self.finished else bisect.bisect_right(self._proc_ts, rows[0].ts)
+        return rows, self._procs_sorted[lo:hi]
+
+
+class RecordedSampler:
+    """The `Sampler` interface over `OriginalReplayDevices`: each `sample()` takes the next recorded timestep
+    as is; `make_batch()` turns what was taken since the last batch into one batch with the next seq."""
+
+    def __init__(self, devices: OriginalReplayDevices, *, node: str, agent_id: str,
+                 clock: Callable[[], float] = time.time):
+        self.devices = devices
+        self.node = node
+        self.agent_id = agent_id
+        self.clock = clock
+        self.seq = 0
+        self._rows: list[SampleRow] = []
+        self._procs: list[ProcessRow] = []
+        self._announced_end = False
+
+    @property
+    def pending_samples(self) -> int:
+        return len(self._rows)
+
+    @property
+    def finished(self) -> bool:
+        return self.devices.finished
+
+    def tick_fast(self) -> None:
+        """Nothing to do: the recorded values already carry whatever peaks the recording agent saw."""
+
+    def sample(self, between: Callable[[], None] | None = None) -> None:
+        step = self.devices.next_timestep()
+        if step is None:
+            if not self._announced_end:
+                self._announced_end = True
+                log.info("end of the recording: %d timesteps played with their original timestamps; the agent "
+                         "keeps shipping what is spooled until it is stopped", self.devices.steps_total)
+            return
+        rows, procs = step
+        self._rows.extend(rows)
+        self._procs.extend(procs)
+
+    def make_batch(self, *, dropped_samples_total: int = 0, clock_skew_s: float | None = None) -> SampleBatch | None:
+        rows, procs = self._rows, self._procs
+        if not rows:
+            return None  # process rows are cut with the samples of their timestep, never alone
+        self._rows, self._procs = [], []
+        self.seq += 1
+        batch = make_batch(rows, rec=self.devices.recording, node=self.node, agent_id=self.agent_id, seq=self.seq,
+                           sent_at=self.clock(), source=self.devices.source, processes=procs)
+        batch.dropped_samples_total = dropped_samples_total
+        if clock_skew_s is not None and math.isfinite(clock_skew_s):
+            batch.clock_skew_s = clock_skew_s
+        return batch

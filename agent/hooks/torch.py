@@ -30,6 +30,7 @@ themselves off; the user's program carries on untouched.
 from __future__ import annotations
 
 import atexit
+import gzip
 import json
 import logging
 import os
@@ -274,7 +275,9 @@ class Profiler:
         if cuda and end_ev is None:
             self._cuda_start_ev = torch.cuda.Event(enable_timing=True)
             self._cuda_start_ev.record()
-        if self.level == "layers" and self._is_sampled(self.steps_done) and self.enabled:
+        # Per-module timing on sampled steps only: every `layer_every`-th step at the default level (bounded
+        # overhead), every step at level "layers" (install() sets layer_every=1).
+        if self._is_sampled(self.steps_done) and self.enabled:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
         self._alloc_trace_tick(cuda)
@@ -384,21 +387,20 @@ class Profiler:
         self._alloc_tracing = False
         if snapshot is None:
             return
-        job_id, first, last = self.job_id, 1, self.alloc_trace_steps
+        job_id, first, last, rank = self.job_id, 1, self.alloc_trace_steps, self._rank
 
         def upload_job(transport: Transport) -> None:
             if snapshot_to_json is None:  # agent.snapshot ships with the agent; guard for partial installs
                 log.warning("fleetprof hooks: allocator trace captured but agent.snapshot is missing; "
                             "not uploaded")
                 return
-            # The "fleetprof.snapshot.v1" document; the body names its own format, `kind` says it too.
-            # TODO(issue 4): align the query parameters with POST /api/v1/jobs/{job_id}/traces once the
-            # upload route exists (server side not written when this was).
+            # The "fleetprof.snapshot.v1" document, sent as `fleetprof import-trace` sends one (gzip).
             payload = snapshot_to_json(snapshot)
-            body = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+            body = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), compresslevel=5)
             transport.request("POST", f"/api/v1/jobs/{job_id}/traces", raw_body=body,
-                              params={"kind": "snapshot", "source": "hooks",
-                                      "first_step": first, "last_step": last})
+                              content_type="application/gzip", compress=False,
+                              params={"filename": f"hooks-alloc-trace-steps-{first}-{last}.json",
+                                      "rank": str(rank)})
 
         self.sender.submit(upload_job)
 
@@ -468,7 +470,7 @@ def install(settings: AgentSettings | None = None, *, transport: Transport | Non
             return None
         transport = transport or Transport(settings.server_url or "", settings.token, timeout_s=5.0)
         prof = Profiler(job_id=settings.job_id, sender=EventSender(transport), level=level,
-                        layer_every=settings.hooks_layer_every,
+                        layer_every=1 if level == "layers" else settings.hooks_layer_every,
                         alloc_trace_steps=settings.hooks_alloc_trace_steps)
         # A multiprocessing child (DataLoader spawn worker, mp.spawn rank) announces itself only if it
         # takes a step, so idle workers stay silent.

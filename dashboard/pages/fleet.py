@@ -38,25 +38,31 @@ def layout(**_: Any) -> html.Div:
     ])
 
 
+def _first(d: dict[str, Any], *keys: str) -> Any:
+    """The first of `keys` the summary carries (its field names grew over versions)."""
+    return next((d[k] for k in keys if d.get(k) is not None), None)
+
+
 def kpi_cards(summary: dict[str, Any]) -> list[html.Div]:
     from dashboard import format as fmt
     from dashboard.components import kpi
 
     sources = summary.get("sources") or {}
-    total, reporting = summary.get("gpus_total"), summary.get("gpus_reporting")
+    total, reporting = summary.get("gpus_total"), _first(summary, "gpus", "gpus_reporting")
+    unknown_now = summary.get("gpus_unknown_now")
     return [
-        kpi("GPUs", f"{fmt.count(total)} ({fmt.count(reporting)} reporting)", "inventory + gpu_hourly rollups",
+        kpi("GPUs", f"{fmt.count(total)} ({fmt.count(reporting)} reporting)", "inventory + hourly rollups",
             id="kpi-gpus"),
         kpi("Busy share", fmt.fraction_pct(summary.get("busy_fraction")),
-            f"{sources.get('gpu_hours', 'gpu_hourly rollups')}: busy GPU-hours / GPU-hours "
-            f"({fmt.hours(summary.get('busy_gpu_hours'))} of {fmt.hours(summary.get('gpu_hours'))})",
-            id="kpi-busy"),
-        kpi("Idle GPUs now", f"{fmt.count(summary.get('idle_gpus_now'))} GPUs",
-            "NVML gpu_util_pct of the latest sample (last 5 min)", id="kpi-idle"),
-        kpi("Energy over window", fmt.energy(summary.get("energy_j")), summary.get("energy_source"),
-            id="kpi-energy"),
-        kpi("Stranded memory", fmt.gib(summary.get("stranded_memory_bytes")),
-            sources.get("stranded_memory_bytes"), id="kpi-stranded"),
+            f"{sources.get('busy_gpu_hours', 'hourly rollups')}: {fmt.hours(summary.get('busy_gpu_hours'))} busy "
+            f"of {fmt.hours(summary.get('gpu_hours'))}", id="kpi-busy"),
+        kpi("Idle GPUs now", f"{fmt.count(summary.get('idle_gpus_now'))} GPUs"
+            + (f" ({fmt.count(unknown_now)} unknown)" if unknown_now else ""),
+            "NVML gpu_util_pct of each GPU's latest sample", id="kpi-idle"),
+        kpi("Energy over window", fmt.energy(summary.get("energy_j")),
+            _first(summary, "energy_source") or sources.get("energy_j"), id="kpi-energy"),
+        kpi("Stranded memory", fmt.gib(_first(summary, "memory_stranded_bytes", "stranded_memory_bytes")),
+            _first(sources, "memory_stranded_bytes", "stranded_memory_bytes"), id="kpi-stranded"),
     ]
 
 
@@ -64,8 +70,10 @@ def wasteful_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
     from dashboard import format as fmt
     from dashboard.components import job_link
 
-    return [[job_link(j["job_id"]), fmt.text(j.get("team")), fmt.count(j.get("gpu_count"), "GPUs"),
-             fmt.pct(j.get("gpu_mean_pct")), fmt.gib(j.get("stranded_memory_bytes")),
+    return [[job_link(j["job_id"]), fmt.text(j.get("team")), fmt.count(_first(j, "gpus", "gpu_count"), "GPUs"),
+             fmt.fraction_pct(j.get("gpu_busy_fraction")) if "gpu_busy_fraction" in j else fmt.pct(j.get("gpu_mean_pct")),
+             fmt.hours(j.get("wasted_gpu_hours")),
+             fmt.gib(_first(j, "memory_stranded_bytes", "stranded_memory_bytes")),
              fmt.energy(j.get("idle_energy_j"))] for j in jobs]
 
 
@@ -94,12 +102,13 @@ def register_callbacks(app: dash.Dash) -> None:
                 s = c.fleet_summary(window)
         except ApiError as exc:
             return error_box(exc, id="fleet-error"), "", "", ""
-        wasteful = table(["job", "team", "GPUs", "mean GPU util", "stranded memory", "idle energy"],
+        wasteful = table(["job", "team", "GPUs", "GPU busy", "wasted", "stranded memory", "idle energy"],
                          wasteful_rows(s.get("most_wasteful_jobs") or []), id="fleet-wasteful-table",
                          empty="no job reports in this window")
         idle = table(["node", "GPU", "model", "uuid"],
                      [[node_link(g["node"]), str(g["index"]), fmt.text(g.get("name")), g["uuid"]]
-                      for g in s.get("idle_gpus") or []], empty="no idle GPUs reporting now")
+                      for g in s.get("idle_gpus") or []],
+                     empty=f"{fmt.count(s.get('idle_gpus_now'))} idle GPUs now (the API lists none by name)")
         return kpi_cards(s), wasteful, idle, f"updated {fmt.timestamp(s.get('generated_at'))}"
 
     @app.callback(Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"), *inputs)

@@ -200,7 +200,7 @@ def register_callbacks(app: dash.Dash) -> None:
     from dashboard.components import client_for, error_box
 
     @app.callback(Output("job-summary", "children"), Output("job-details", "children"),
-                  Output("job-title", "children"), Output("job-capacity", "data"),
+                  Output("job-title", "children"), Output("job-capacity", "data"), Output("job-memory", "figure"),
                   Input("job-id", "data"), Input("auth", "data"))
     def _report(job_id: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
         from dashboard.format import text
@@ -215,8 +215,10 @@ def register_callbacks(app: dash.Dash) -> None:
                     if exc.status != 404:
                         raise
                     steps = None  # this API does not serve per-step series
+                used = c.timeseries(job_id, "memory_used_bytes", points=POINTS_PER_GPU)
         except ApiError as exc:
-            return error_box(exc, id="job-error"), [], job_id, dash.no_update
+            return (error_box(exc, id="job-error"), [], job_id, dash.no_update,
+                    figures.empty_figure("not available", title="Device memory"))
         step = (report.get("time") or {}).get("step_time_s") or {}
         hist = figures.step_time_histogram((steps or {}).get("wall_s") or [], p50_s=step.get("p50"),
                                            p95_s=step.get("p95"))
@@ -225,11 +227,16 @@ def register_callbacks(app: dash.Dash) -> None:
                    dcc.Graph(id="job-step-hist", figure=hist, config=_GRAPH_CONFIG), optimization_section(report), layers_section(report), gpus_section(report), sources_section(report)]
         title = [job_id, html.Span(f" · {text(job.get('name'))}", className="muted")] if job.get("name") else job_id
         capacity = {"capacity_bytes": _capacity(report), "has_steps": bool(steps and steps.get("count"))}
-        return summary_section(job, report), [d for d in details if d is not None], title, capacity
+        memory = figures.memory_timeline(used, steps, capacity["capacity_bytes"])
+        return summary_section(job, report), [d for d in details if d is not None], title, capacity, memory
 
     def _range(relayout: dict[str, Any] | None) -> tuple[float | None, float | None]:
-        """since/until for this trigger; PreventUpdate when the relayout is not a zoom."""
-        if dash.ctx.triggered_id and str(dash.ctx.triggered_id).endswith(("memory", "power", "util")):
+        """since/until for this call; PreventUpdate when only the plot's layout changed and it is not a zoom.
+
+        Several inputs can arrive in one call (e.g. the report's capacity and the plot's first autosize):
+        anything but relayoutData among them means a fresh draw of the whole job."""
+        triggered = set(dash.ctx.triggered_prop_ids)
+        if triggered and all(t.endswith(".relayoutData") for t in triggered):
             rng = figures.relayout_range(relayout)
             if rng is None:
                 raise PreventUpdate
@@ -237,12 +244,14 @@ def register_callbacks(app: dash.Dash) -> None:
                 return rng  # type: ignore[return-value]
         return None, None
 
-    @app.callback(Output("job-memory", "figure"), Input("job-id", "data"), Input("job-capacity", "data"),
-                  Input("auth", "data"), Input("job-memory", "relayoutData"))
-    def _memory(job_id: str, capacity: dict[str, Any] | None, auth: dict[str, Any] | None,  # type: ignore[no-untyped-def]
-                relayout: dict[str, Any] | None):
+    @app.callback(Output("job-memory", "figure", allow_duplicate=True), Input("job-memory", "relayoutData"),
+                  State("job-id", "data"), State("job-capacity", "data"), State("auth", "data"),
+                  prevent_initial_call=True)
+    def _memory_zoom(relayout: dict[str, Any] | None, job_id: str,  # type: ignore[no-untyped-def]
+                     capacity: dict[str, Any] | None, auth: dict[str, Any] | None):
+        """Zoom (or reset) on the memory plot: the range again at full resolution."""
         if capacity is None:
-            raise PreventUpdate  # waits for the report (capacity line, whether steps exist)
+            raise PreventUpdate
         since, until = _range(relayout)
         try:
             with client_for(auth) as c:

@@ -49,7 +49,14 @@ def trapezoid_j(ts: np.ndarray, power_w: np.ndarray) -> float:
     return float(np.nansum(seg))
 
 
-def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.ndarray) -> EnergyIntervals:
+def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.ndarray, *,
+                    max_power_gap_s: float | None = None) -> EnergyIntervals:
+    """Energy per sampling interval: counter delta where the counter is sane, else the trapezoid of power.
+
+    `max_power_gap_s`: an interval longer than this has no power-integrated energy (unknown, not guessed):
+    power sampled before and after an outage says nothing about the outage. Counter deltas are exact across
+    gaps and always kept.
+    """
     ts = np.asarray(ts, dtype=np.float64)
     counter = np.asarray(energy_counter_j, dtype=np.float64)
     power = np.asarray(power_w, dtype=np.float64)
@@ -62,6 +69,8 @@ def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.nd
         counter_ok = ~np.isnan(d_counter) & (d_counter >= 0)
     trap = 0.5 * (power[1:] + power[:-1]) * dt
     power_ok = ~np.isnan(trap) & ~counter_ok
+    if max_power_gap_s is not None:
+        power_ok &= dt <= max_power_gap_s
     energy = np.where(counter_ok, d_counter, np.where(power_ok, trap, np.nan))
     return EnergyIntervals(energy_j=energy, from_counter=counter_ok, from_power=power_ok)
 

@@ -70,8 +70,10 @@ def hourly_rollup(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
     # Energy per interval, attributed to the hour of the interval's start sample.
     e = np.full(n, np.nan)
     if power_w is not None or energy_counter_j is not None:
+        typical = float(np.median(np.diff(ts))) if n > 1 else 0.0
         iv = interval_energy(ts, nan if energy_counter_j is None else energy_counter_j,
-                             nan if power_w is None else power_w)
+                             nan if power_w is None else power_w,
+                             max_power_gap_s=max_gap_s if max_gap_s is not None else 5.0 * typical)
         e[:-1] = iv.energy_j
     e_known = ~np.isnan(e)
     energy = np.where(rsum(e_known.astype(np.float64)) > 0, rsum(np.where(e_known, e, 0.0)), np.nan)

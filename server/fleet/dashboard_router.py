@@ -36,7 +36,7 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
     start = now - parse_window(window)
     start -= start % 3600  # the hour the window starts in is drawn whole
     rows = session.execute(
-        select(Node.name, Gpu.index, Gpu.uuid, GpuHourly.hour, GpuHourly.gpu_util_mean_pct, GpuHourly.energy_j)
+        select(Node.name, Gpu.index, Gpu.uuid, GpuHourly.hour, GpuHourly.util_mean_pct, GpuHourly.energy_j)
         .select_from(GpuHourly).join(Gpu, Gpu.id == GpuHourly.gpu_id).join(Node, Node.id == Gpu.node_id)
         .where(GpuHourly.hour >= from_epoch(start)).order_by(Node.name, Gpu.index, GpuHourly.hour)
     ).all()

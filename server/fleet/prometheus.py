@@ -18,6 +18,8 @@ DCGM_GAUGES = (
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_util_pct", 1.0, "Memory utilization (in %)."),
     ("DCGM_FI_DEV_GPU_TEMP", "temperature_c", 1.0, "GPU temperature (in C)."),
     ("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", 1.0, "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", 1.0, "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "xid_last", 1.0, "Value of the last XID error encountered."),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_counter_j", 1000.0, "Total energy consumption since boot (in mJ)."),
 )
 STALE_AFTER_S = 300.0
@@ -45,7 +47,8 @@ def fleet_gauges_text(factory: sessionmaker[Session]) -> str:
             value = values[i]
             if value is None:
                 continue
-            labels = (f'gpu="{index}",UUID="{_escape(uuid)}",Hostname="{_escape(node)}",'
-                      f'modelName="{_escape(model)}"')
+            # dcgm-exporter's label set, so its dashboards and alerts work unchanged (no job label: cardinality).
+            labels = (f'gpu="{index}",UUID="{_escape(uuid)}",device="nvidia{index}",'
+                      f'Hostname="{_escape(node)}",modelName="{_escape(model)}"')
             lines.append(f"{name}{{{labels}}} {value * scale}")
     return "\n".join(lines) + "\n"

@@ -1,121 +1,111 @@
-"""Fleet rollups (hourly per GPU, kept after raw samples expire) and the fleet summary built on them."""
+"""Fleet rollups and the fleet summary. The definitions live in server.analysis.fleet (pure, validated on real
+cluster series); this module only moves data between Postgres and those functions.
+
+- `rollup_hours`: raw samples of the touched hours -> `hourly_rollup` per GPU -> `gpu_hourly` (replaced).
+- `summary`: `gpu_hourly` summed per GPU in SQL (so 10,000 GPUs x 24 h is one GROUP BY, not 240,000 rows in
+  Python), latest utilization per GPU, and per-job rows from cached reports -> `fleet_summary`.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal_column, select
+import numpy as np
+from sqlalchemy import and_, delete, func, select
 from sqlalchemy.orm import Session
 
-from server.db import is_postgres
+from server.analysis.fleet import ROLLUP_FIELDS, fleet_summary, hourly_rollup, job_fleet_row
 from server.ingest.bulk import insert_ignore
+from server.jobs.report_service import epoch_column
 from server.models import Gpu, GpuHourly, GpuSample, Job, Node, Report
 from server.models.base import from_epoch
 
-BUSY_UTIL_PCT = 5.0  # a GPU sample counts as busy at or above this utilization
-IDLE_NOW_WINDOW_S = 300.0
-
-
-def _hour_expr(session: Session):  # type: ignore[no-untyped-def]
-    if is_postgres(session):
-        return literal_column("extract(epoch from date_trunc('hour', gpu_samples.ts))::float8")
-    return func.floor((func.julianday(GpuSample.ts) - 2440587.5) * 24.0) * 3600.0
-
-
-def _epoch(session: Session, col):  # type: ignore[no-untyped-def]
-    if is_postgres(session):
-        return literal_column(f"extract(epoch from {col})::float8")
-    return (func.julianday(GpuSample.ts) - 2440587.5) * 86400.0
+HOUR_S = 3600.0
+CURRENT_WINDOW_S = 300.0  # a GPU's "now" is its latest sample within this window
+# One interval past the end is read so that the last interval of the last hour has its closing sample.
+LOOKAHEAD_S = 120.0
 
 
 def rollup_hours(session: Session, *, since: float, until: float) -> int:
-    """(Re)compute gpu_hourly for every hour touching [since, until). Idempotent: rows are replaced."""
-    start = from_epoch(since - since % 3600)
-    end = from_epoch(until - until % 3600 + 3600)
-    hour = _hour_expr(session).label("hour")
-    ts = _epoch(session, "gpu_samples.ts")
-    mem = func.coalesce(GpuSample.memory_used_max_bytes, GpuSample.memory_used_bytes)
+    """(Re)compute gpu_hourly for the hours in [floor(since), ceil(until)). Idempotent."""
+    h0 = since - since % HOUR_S
+    h1 = until - until % HOUR_S + HOUR_S
+    t = GpuSample.__table__
     rows = session.execute(
-        select(GpuSample.gpu_id, hour, func.count(), func.sum(case((GpuSample.gpu_util_pct >= BUSY_UTIL_PCT, 1),
-                                                                    else_=0)),
-               func.avg(GpuSample.gpu_util_pct), func.max(mem), func.avg(GpuSample.memory_used_bytes),
-               func.avg(GpuSample.power_w), func.min(ts), func.max(ts))
-        .where(GpuSample.ts >= start, GpuSample.ts < end).group_by(GpuSample.gpu_id, hour)
+        select(t.c.gpu_id, epoch_column(session, t.c.ts), t.c.gpu_util_pct,
+               func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j)
+        .where(t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts)
     ).all()
-    session.query(GpuHourly).filter(GpuHourly.hour >= start, GpuHourly.hour < end).delete()
-    cols: list[list[Any]] = [[] for _ in range(9)]
-    for gpu_id, hour_s, n, busy, util, mem_max, mem_mean, power, t0, t1 in rows:
-        # Covered time: the span of the samples plus one mean interval (n samples cover n intervals).
-        covered = (t1 - t0) * n / (n - 1) if n > 1 else None
-        energy = power * covered if power is not None and covered is not None else None
-        for i, v in enumerate((gpu_id, float(hour_s), int(n), int(busy or 0), util,
-                               None if mem_max is None else int(mem_max), mem_mean, power, energy)):
-            cols[i].append(v)
-    return insert_ignore(session, GpuHourly.__table__,
-                         ["gpu_id", "hour", "samples", "busy_samples", "gpu_util_mean_pct", "memory_used_max_bytes",
-                          "memory_used_mean_bytes", "power_mean_w", "energy_j"], cols, time_columns=frozenset({"hour"}))
+    session.execute(delete(GpuHourly).where(GpuHourly.hour >= from_epoch(h0), GpuHourly.hour < from_epoch(h1)))
+    if not rows:
+        return 0
+    a = np.array(rows, dtype=np.float64)
+    names = ["gpu_id", "hour", *ROLLUP_FIELDS[1:]]
+    columns: list[list[Any]] = [[] for _ in names]
+    bounds = np.flatnonzero(np.diff(a[:, 0])) + 1
+    for part in np.split(a, bounds):
+        r = hourly_rollup(part[:, 1], gpu_util_pct=part[:, 2], memory_used_bytes=part[:, 3], power_w=part[:, 4],
+                          energy_counter_j=part[:, 5])
+        keep = (r["hour_start"] >= h0) & (r["hour_start"] < h1)
+        n = int(keep.sum())
+        columns[0].extend([int(part[0, 0])] * n)
+        columns[1].extend(r["hour_start"][keep].tolist())
+        for i, field in enumerate(ROLLUP_FIELDS[1:], start=2):
+            values = r[field][keep]
+            if field in ("samples", "memory_peak_bytes"):
+                columns[i].extend(None if np.isnan(v) else int(v) for v in values)
+            else:
+                columns[i].extend(None if np.isnan(v) else float(v) for v in values)
+    db_names = [{"hour_start": "hour"}.get(n, n) for n in names]
+    return insert_ignore(session, GpuHourly.__table__, db_names, columns, time_columns=frozenset({"hour"}))
+
+
+def _latest_util(session: Session, now: float) -> dict[str, float | None]:
+    latest = (select(GpuSample.gpu_id, func.max(GpuSample.ts).label("ts"))
+              .where(GpuSample.ts >= from_epoch(now - CURRENT_WINDOW_S)).group_by(GpuSample.gpu_id).subquery())
+    rows = session.execute(
+        select(Node.name, Gpu.uuid, GpuSample.gpu_util_pct)
+        .join(latest, and_(GpuSample.gpu_id == latest.c.gpu_id, GpuSample.ts == latest.c.ts))
+        .join(Gpu, Gpu.id == GpuSample.gpu_id).join(Node, Node.id == Gpu.node_id)
+    ).all()
+    return {f"{node}/{uuid}": util for node, uuid, util in rows}
 
 
 def summary(session: Session, *, window_s: float, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
-    since = from_epoch(now - window_s)
-    hourly = session.execute(
-        select(func.count(func.distinct(GpuHourly.gpu_id)), func.sum(GpuHourly.samples),
-               func.sum(GpuHourly.busy_samples), func.sum(GpuHourly.energy_j))
-        .where(GpuHourly.hour >= since)
-    ).one()
-    gpus_reporting, samples, busy, energy = hourly
-    gpus_total = session.scalar(select(func.count()).select_from(Gpu)) or 0
-    # Sample counts become GPU-hours through each GPU's interval: approximated here as 1 s (the agent default)
-    # unless the rollup's covered time says otherwise.
-    covered = session.execute(
-        select(func.sum(GpuHourly.energy_j / GpuHourly.power_mean_w)).where(GpuHourly.hour >= since,
-                                                                           GpuHourly.power_mean_w > 0)
-    ).scalar()
-    interval_s = (covered / samples) if covered and samples else 1.0
-    gpu_hours = (samples or 0) * interval_s / 3600.0
-    busy_hours = (busy or 0) * interval_s / 3600.0
-
-    latest = (select(GpuSample.gpu_id, func.max(GpuSample.ts).label("ts"))
-              .where(GpuSample.ts >= from_epoch(now - IDLE_NOW_WINDOW_S)).group_by(GpuSample.gpu_id).subquery())
-    idle_now = session.execute(
-        select(Node.name, Gpu.index, Gpu.uuid, Gpu.name)
-        .join(latest, and_(GpuSample.gpu_id == latest.c.gpu_id, GpuSample.ts == latest.c.ts))
-        .join(Gpu, Gpu.id == GpuSample.gpu_id).join(Node, Node.id == Gpu.node_id)
-        .where((GpuSample.gpu_util_pct < BUSY_UTIL_PCT) | GpuSample.gpu_util_pct.is_(None))
+    start = now - window_s
+    hour0 = start - start % HOUR_S  # hours *starting* in the window, as fleet_summary counts them
+    per_gpu = session.execute(
+        select(GpuHourly.gpu_id, func.count(), func.sum(GpuHourly.covered_s), func.sum(GpuHourly.busy_s),
+               func.sum(GpuHourly.util_busy_s), func.sum(GpuHourly.energy_j), func.max(GpuHourly.memory_peak_bytes),
+               func.sum(GpuHourly.samples))
+        .where(GpuHourly.hour >= from_epoch(hour0 if hour0 >= start else hour0 + HOUR_S))
+        .group_by(GpuHourly.gpu_id)
     ).all()
-
-    stranded = 0
-    wasteful = []
-    reports = session.execute(
-        select(Job.job_id, Job.team, Report.data).join(Report, Report.job_pk == Job.id)
-        .where((Job.ended_at.is_(None)) | (Job.ended_at >= since))
-    ).all()
-    for job_id, team, data in reports:
-        job_stranded = 0
-        for g in data.get("gpus") or []:
-            total, peak = g.get("memory_total_bytes"), g.get("peak_used_bytes")
-            if total is not None and peak is not None:
-                job_stranded += max(0, total - peak)
-        stranded += job_stranded
-        util = (data.get("utilization") or {}).get("gpu_mean_pct")
-        idle_j = (data.get("energy") or {}).get("idle_energy_j")
-        wasteful.append({"job_id": job_id, "team": team, "stranded_memory_bytes": job_stranded,
-                         "gpu_mean_pct": util, "idle_energy_j": idle_j,
-                         "gpu_count": len(data.get("gpus") or [])})
-    wasteful.sort(key=lambda j: ((100 - (j["gpu_mean_pct"] or 0)) * j["gpu_count"], j["stranded_memory_bytes"]),
-                  reverse=True)
-    return {
-        "window_s": window_s, "generated_at": now,
-        "gpus_total": gpus_total, "gpus_reporting": gpus_reporting or 0,
-        "gpu_hours": gpu_hours, "busy_gpu_hours": busy_hours,
-        "busy_fraction": (busy_hours / gpu_hours) if gpu_hours else None,
-        "idle_gpus_now": len(idle_now),
-        "idle_gpus": [{"node": n, "index": i, "uuid": u, "name": m} for n, i, u, m in idle_now[:100]],
-        "energy_j": energy, "energy_source": "integrated_power (hourly mean power x covered time)",
-        "stranded_memory_bytes": stranded,
-        "most_wasteful_jobs": wasteful[:10],
-        "sources": {"gpu_hours": "gpu_hourly rollups", "stranded_memory_bytes": "job reports (NVML peak vs capacity)"},
+    # One pseudo-rollup row per GPU, stamped at the window start: fleet_summary sums these like hour rows.
+    rollups: dict[str, Any] = {
+        "gpu_uuid": np.array([str(r[0]) for r in per_gpu], dtype=object),
+        "hour_start": np.full(len(per_gpu), max(start, hour0)),
+        "covered_s": np.array([r[2] or 0.0 for r in per_gpu], dtype=np.float64),
+        "busy_s": np.array([np.nan if r[3] is None else r[3] for r in per_gpu], dtype=np.float64),
+        "util_busy_s": np.array([np.nan if r[4] is None else r[4] for r in per_gpu], dtype=np.float64),
+        "energy_j": np.array([np.nan if r[5] is None else r[5] for r in per_gpu], dtype=np.float64),
     }
-
+    since = from_epoch(start)
+    reports = session.execute(
+        select(Report.data).join(Job, Job.id == Report.job_pk)
+        .where((Job.ended_at.is_(None)) | (Job.ended_at >= since))
+    ).scalars().all()
+    out = fleet_summary(rollups, now=now, window_s=window_s + HOUR_S, current_util_pct=_latest_util(session, now),
+                        jobs=[job_fleet_row(r) for r in reports])
+    out["window_s"] = window_s
+    out["generated_at"] = now
+    out["gpus_total"] = session.scalar(select(func.count()).select_from(Gpu)) or 0
+    out["sources"] = {
+        "gpu_hours": "hourly rollups of NVML samples (sample-and-hold time)",
+        "busy_gpu_hours": "time with gpu_util_pct >= idle threshold",
+        "energy_j": "hardware energy counter deltas, else integrated power, per rollup hour",
+        "memory_stranded_bytes": "job reports: GPU capacity - NVML peak used, summed over jobs in the window",
+    }
+    return out

@@ -32,7 +32,7 @@ SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
 LATE_DATA_WINDOW = timedelta(minutes=5)
 
 
-def _epoch_col(session: Session, column):  # type: ignore[no-untyped-def]
+def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]
     """A timestamp column as float seconds since epoch, per dialect."""
     if is_postgres(session):
         return literal_column(f"extract(epoch from {column.name})::float8")
@@ -59,7 +59,7 @@ def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[
 def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
                     columns: tuple[str, ...] = SAMPLE_COLUMNS) -> GpuSeries:
     table = GpuSample.__table__
-    stmt = (select(_epoch_col(session, table.c.ts), *(table.c[c] for c in columns))
+    stmt = (select(epoch_column(session, table.c.ts), *(table.c[c] for c in columns))
             .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))
     rows = session.execute(stmt).all()
     data = np.array(rows, dtype=np.float64) if rows else np.empty((0, len(columns) + 1))
@@ -69,7 +69,7 @@ def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
 
 def _load_steps(session: Session, job: Job) -> StepSeries | None:
     rows = session.execute(
-        select(JobStep.rank, JobStep.step, _epoch_col(session, JobStep.__table__.c.ts), JobStep.wall_s,
+        select(JobStep.rank, JobStep.step, epoch_column(session, JobStep.__table__.c.ts), JobStep.wall_s,
                JobStep.device_s, JobStep.samples, JobStep.allocated_peak_bytes, JobStep.reserved_peak_bytes)
         .where(JobStep.job_pk == job.id).order_by(JobStep.rank, JobStep.step)
     ).all()

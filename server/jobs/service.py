@@ -91,7 +91,11 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
         session.add(job)
     elif principal.scope == "team" and job.team not in (None, principal.team):
         raise _not_found(data.job_id)
-    elif team is not None:
+    elif team is not None and team != job.team:
+        # Moving an owned job to another team would hand its data over: operators only (agents may claim
+        # a job nobody owns yet, as `fleetprof replay` does).
+        if job.team is not None and principal.scope != "operator":
+            raise Forbidden(f"job {data.job_id!r} already belongs to a team; only an operator can move it")
         job.team = team
     was_terminal = job.state in TERMINAL_STATES
     for attr, value in (("name", data.name), ("command", data.command), ("framework", data.framework),

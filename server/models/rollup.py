@@ -2,23 +2,25 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Integer
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer
 from sqlalchemy.orm import Mapped, mapped_column
 
 from server.models.base import Base, UtcDateTime
 
 
 class GpuHourly(Base):
-    """Hourly rollup per GPU, kept after raw samples expire. Built by a periodic task."""
+    """Hourly rollup per GPU (server.analysis.fleet.hourly_rollup), kept after raw samples expire."""
 
     __tablename__ = "gpu_hourly"
+    __table_args__ = (Index("ix_gpu_hourly_hour", "hour"),)
 
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
     hour: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
     samples: Mapped[int] = mapped_column(Integer)
-    busy_samples: Mapped[int] = mapped_column(Integer)
-    gpu_util_mean_pct: Mapped[float | None] = mapped_column(Float)
-    memory_used_max_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    memory_used_mean_bytes: Mapped[float | None] = mapped_column(Float)
-    power_mean_w: Mapped[float | None] = mapped_column(Float)
+    # Seconds each sample stands for, summed (sample-and-hold; gaps capped at one typical interval).
+    covered_s: Mapped[float] = mapped_column(Float)
+    busy_s: Mapped[float | None] = mapped_column(Float)          # time at or above the idle threshold
+    util_busy_s: Mapped[float | None] = mapped_column(Float)     # time x utilization: kernel-busy seconds
     energy_j: Mapped[float | None] = mapped_column(Float)
+    memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    util_mean_pct: Mapped[float | None] = mapped_column(Float)

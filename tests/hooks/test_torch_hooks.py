@@ -28,7 +28,8 @@ def _loop_s(stdout: str) -> float:
 
 
 def test_unmodified_script_steps_times_and_layers(recorder: Recorder) -> None:
-    run = run_script("train_cnn.py", str(STEPS), server_url=recorder.url, level="layers",
+    # the default level: steps on every step, per-module timing on every N-th step
+    run = run_script("train_cnn.py", str(STEPS), server_url=recorder.url, level="default",
                      extra_env={"FLEETPROF_HOOKS_LAYER_EVERY": "3"})
     assert run.returncode == 0, run.stderr
 
@@ -108,7 +109,7 @@ def test_collector_down_never_slows_or_breaks_training(blackhole_url: str) -> No
     # side by side, so that the load of this shared machine weighs on both runs alike
     with ThreadPoolExecutor(2) as pool:
         base_f = pool.submit(run_script, "train_cnn.py", steps, server_url=None, hooks=False)
-        hooked_f = pool.submit(run_script, "train_cnn.py", steps, server_url=blackhole_url, level="layers",
+        hooked_f = pool.submit(run_script, "train_cnn.py", steps, server_url=blackhole_url, level="default",
                                extra_env={"FLEETPROF_HOOKS_LAYER_EVERY": "5"})
         base, hooked = base_f.result(), hooked_f.result()
     assert base.returncode == hooked.returncode == 0, hooked.stderr

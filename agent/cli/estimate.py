@@ -1,0 +1,111 @@
+"""`fleetprof estimate`: ask the server, before a job runs, how much GPU memory it needs, which GPU types it
+fits, the largest batch that fits each, and time/energy per step.
+
+    fleetprof estimate --hf-config gpt2 --seq-len 1024 --batch-size 8 --precision amp_bf16
+    fleetprof estimate --factory mypkg.models:resnet50 --input 3,224,224 --batch-size 64 --optimizer sgd_momentum
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from fleetprof.errors import CliError
+
+from agent.cli.common import add_server_arguments, client_transport
+from agent.transport import TransportError
+
+OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop"]
+PRECISIONS = ["fp32", "amp_fp16", "amp_bf16"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--factory", help="importable 'package.module:function' returning an nn.Module")
+    model.add_argument("--hf-config", help="Hugging Face model type or config name (e.g. gpt2), or a JSON config")
+    parser.add_argument("--kwargs", default="{}", help="JSON keyword arguments for --factory")
+    parser.add_argument("--input", action="append", default=[], metavar="SHAPE[:DTYPE]",
+                        help="one input's shape without the batch dimension, e.g. 3,224,224:float32 (repeatable)")
+    parser.add_argument("--seq-len", type=int, help="token sequence length for text models")
+    parser.add_argument("--batch-size", type=int, required=True, help="micro-batch per GPU")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--grad-accumulation", type=int, default=1)
+    parser.add_argument("--activation-checkpointing", action="store_true")
+    parser.add_argument("--gpu", action="append", dest="gpus", metavar="TYPE", help="GPU type(s) from the catalogue")
+    parser.add_argument("--no-search", action="store_true", help="skip the largest-batch search")
+    parser.add_argument("--timeout", type=float, default=120.0, help="server-side time limit (s)")
+    parser.add_argument("--format", choices=["table", "json"], default="table")
+    add_server_arguments(parser)
+
+
+def _parse_input(text: str) -> dict[str, Any]:
+    shape, _, dtype = text.partition(":")
+    try:
+        dims = [int(d) for d in shape.split(",") if d.strip()]
+    except ValueError:
+        raise CliError(f"--input {text!r}: the shape must be comma-separated integers, e.g. 3,224,224") from None
+    return {"shape": dims, "dtype": dtype or "float32"}
+
+
+def build_request(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        kwargs = json.loads(args.kwargs)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--kwargs is not JSON: {exc}") from None
+    if args.factory:
+        model: dict[str, Any] = {"factory": args.factory, "kwargs": kwargs}
+    else:
+        hf: Any = args.hf_config
+        if hf.lstrip().startswith("{"):
+            try:
+                hf = json.loads(hf)
+            except json.JSONDecodeError as exc:
+                raise CliError(f"--hf-config is not valid JSON: {exc}") from None
+        model = {"hf_config": hf}
+    req: dict[str, Any] = {"model": model, "batch_size": args.batch_size, "optimizer": args.optimizer,
+                           "precision": args.precision, "grad_accumulation": args.grad_accumulation,
+                           "activation_checkpointing": args.activation_checkpointing,
+                           "search_max_batch": not args.no_search}
+    if args.input:
+        req["inputs"] = [_parse_input(t) for t in args.input]
+    if args.seq_len:
+        req["seq_len"] = args.seq_len
+    if args.gpus:
+        req["gpu_types"] = args.gpus
+    return req
+
+
+def _gib(value: float | None) -> str:
+    return "unknown" if value is None else f"{value / 2**30:,.2f} GiB"
+
+
+def format_table(est: dict[str, Any]) -> str:
+    lines = [f"{est['model_name']}: {est['parameter_count']:,} parameters, batch {est['batch_size']}, "
+             f"{est['precision']}, {est['optimizer']}",
+             f"  peak allocated {_gib(est['peak_allocated_bytes'])}, peak reserved {_gib(est['peak_reserved_bytes'])} "
+             f"(simulated CUDA caching allocator)", "",
+             f"  {'GPU':<12}{'fits':<6}{'device total':>14}{'headroom':>14}{'max batch':>11}{'step time':>12}"
+             f"{'energy/step':>13}"]
+    for g in est.get("gpus", []):
+        r = g["roofline"]
+        mb = g["max_batch_size"]
+        lines.append(f"  {g['gpu']:<12}{'yes' if g['fits'] else 'NO':<6}{_gib(g['device_total_bytes']):>14}"
+                     f"{_gib(g['headroom_bytes']):>14}{(str(mb) + ('' if g['max_batch_size_exact'] else '+')) if mb else '-':>11}"
+                     f"{r['time_per_step_s'] * 1000:>10.1f}ms{r['energy_per_step_j']:>11.1f} J")
+    for a in est.get("assumptions", [])[:8]:
+        lines.append(f"  note: {a}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    req = build_request(args)
+    with client_transport(args.server, args.token, timeout_s=args.timeout + 30) as t:
+        try:
+            est = t.request("POST", "/api/v1/estimate", json_body=req, params={"timeout_s": args.timeout}).body
+        except TransportError as exc:
+            raise CliError(str(exc)) from None
+    sys.stdout.write(json.dumps(est, indent=2) + "\n" if args.format == "json" else format_table(est))
+    return 0

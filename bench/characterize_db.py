@@ -1,0 +1,155 @@
+"""The characterization and fleet figures with the database in the loop (Postgres on this machine).
+
+1. A 24 h, 8-GPU job at 1 Hz (691,200 samples, the synthetic load of bench/characterize.py) is written through
+   the real bulk-insert path, then characterized the way a worker does it (load from Postgres, analyze, store
+   the report): target <= 10 s.
+2. 10,000 GPUs x 24 h of hourly rollups (240,000 rows) and GET /api/v1/fleet/summary: target <= 200 ms.
+
+    .venv/bin/python bench/characterize_db.py [--hours 24] [--gpus 8] [--fleet-gpus 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.characterize import synthetic_job  # noqa: E402
+from server.config import ServerSettings  # noqa: E402
+from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
+from server.ingest.bulk import insert_ignore  # noqa: E402
+from server.migrate import upgrade  # noqa: E402
+from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node  # noqa: E402
+from server.models.base import from_epoch  # noqa: E402
+
+ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
+COLUMNS = ("memory_used_bytes", "gpu_util_pct", "power_w", "energy_counter_j")
+
+
+def load_job(factory, job) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    with session_scope(factory) as session:
+        node = Node(name="bench-node", dropped_samples_total=0)
+        session.add(node)
+        session.flush()
+        row = Job(job_id="bench-24h", state="finished", started_at=from_epoch(job.started_at),
+                  ended_at=from_epoch(job.ended_at), extra={})
+        session.add(row)
+        session.flush()
+        for i, g in enumerate(job.gpus):
+            gpu = Gpu(node_id=node.id, uuid=g.uuid, index=i, name=g.name or "H100", healthy=True,
+                      memory_total_bytes=g.memory_total_bytes)
+            session.add(gpu)
+            session.flush()
+            session.add(JobGpu(job_pk=row.id, gpu_id=gpu.id, source="registered"))
+            step = 50_000
+            for a in range(0, g.ts.size, step):
+                names = ["gpu_id", "ts", *COLUMNS]
+                cols: list[list[object]] = [[gpu.id] * len(g.ts[a:a + step]), g.ts[a:a + step].tolist()]
+                for c in COLUMNS:
+                    v = g.columns[c][a:a + step]
+                    cols.append([None if np.isnan(x) else (int(x) if c.endswith("_bytes") else float(x)) for x in v])
+                insert_ignore(session, GpuSample.__table__, names, cols)
+        job_pk = row.id
+    return job_pk, time.perf_counter() - start
+
+
+def load_fleet(factory, n_gpus: int, hours: int, now: float) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    with session_scope(factory) as session:
+        nodes = []
+        for n in range(n_gpus // 8):
+            nodes.append(Node(name=f"fleet-{n:05d}", dropped_samples_total=0))
+        session.add_all(nodes)
+        session.flush()
+        gpus = [Gpu(node_id=node.id, uuid=f"GPU-{node.name}-{i}", index=i, name="NVIDIA H100 80GB HBM3",
+                    healthy=True) for node in nodes for i in range(8)]
+        session.add_all(gpus)
+        session.flush()
+        ids = [g.id for g in gpus]
+    rng = np.random.default_rng(0)
+    h0 = now - now % 3600 - hours * 3600
+    with session_scope(factory) as session:
+        for h in range(hours):
+            util = rng.uniform(0, 100, len(ids))
+            insert_ignore(session, GpuHourly.__table__,
+                          ["gpu_id", "hour", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",
+                           "memory_peak_bytes", "util_mean_pct"],
+                          [ids, [h0 + h * 3600] * len(ids), [3600] * len(ids), [3600.0] * len(ids),
+                           (3600 * (util >= 5)).tolist(), (36 * util).tolist(), (3600 * (80 + 3.2 * util)).tolist(),
+                           [int(4e10)] * len(ids), util.tolist()], time_columns=frozenset({"hour"}))
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--fleet-gpus", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    db = f"fleetprof_bench_char_{os.getpid()}"
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{db}"'))
+    try:
+        settings = ServerSettings(database_url=ADMIN_URL.rsplit("/", 1)[0] + f"/{db}")
+        upgrade(settings)
+        engine = make_engine(settings)
+        factory = make_sessionmaker(engine)
+        job = synthetic_job(hours=args.hours, n_gpus=args.gpus)
+        samples = sum(g.ts.size for g in job.gpus)
+        job_pk, load_s = load_job(factory, job)
+        from server.jobs.report_service import characterize_job_pk
+
+        times = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            characterize_job_pk(factory, job_pk, settings)
+            times.append(time.perf_counter() - start)
+
+        from fastapi.testclient import TestClient
+
+        from server.app import create_app
+        from server.auth.service import create_token
+
+        now = time.time()
+        fleet_load_s = load_fleet(factory, args.fleet_gpus, 24, now)
+        with session_scope(factory) as session:
+            token = create_token(session, scope="operator")
+        lat = []
+        with TestClient(create_app(settings)) as api:
+            for _ in range(10):
+                start = time.perf_counter()
+                r = api.get("/api/v1/fleet/summary", params={"window": "24h"}, headers={"Authorization": f"Bearer {token}"})
+                lat.append(time.perf_counter() - start)
+                assert r.status_code == 200, r.text
+            body = r.json()
+        engine.dispose()
+        print(f"{'job samples (24 h x GPUs x 1 Hz)':<44}{samples:,}")
+        print(f"{'write through bulk insert':<44}{load_s:.1f} s")
+        print(f"{'characterize (load + analyze + store) best':<44}{min(times):.2f} s   (target <= 10 s)")
+        print(f"{'characterize median':<44}{statistics.median(times):.2f} s")
+        print(f"{'fleet rollup rows (GPUs x 24 h)':<44}{args.fleet_gpus * 24:,}  (loaded in {fleet_load_s:.1f} s)")
+        print(f"{'GET /fleet/summary p50 / max (10 calls)':<44}{statistics.median(lat) * 1000:.0f} ms / "
+              f"{max(lat) * 1000:.0f} ms   (target <= 200 ms)")
+        print(f"{'summary: gpus / gpu_hours / busy_fraction':<44}{body['gpus']} / {body['gpu_hours']:.0f} / "
+              f"{body['busy_fraction']:.3f}")
+        return 0
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

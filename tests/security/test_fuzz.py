@@ -1,0 +1,85 @@
+"""Schemathesis over the OpenAPI document of a real `fleetprof server`, with an operator token: no 5xx, ever.
+
+Every operation gets FUZZ_EXAMPLES schema-valid and as many schema-invalid requests (hypothesis-generated,
+database off so each run is fresh); operations with a {job_id} are also aimed at a job that exists, so the
+fuzzing reaches past the 404. The failures are gathered over all operations, then reported together.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
+from tests.server.helpers import auth, sample_batch
+
+FUZZ_EXAMPLES = 30  # per operation and generation mode: ~900 requests over the 14 operations of today
+JOB = "fuzz-job"
+KINETO = (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+          b'"ts": 1000, "dur": 50, "args": {"device": 0, "stream": 7}}]}')
+
+
+def _seed(url: str, operator: str, agent: str) -> None:
+    now = time.time()
+    with httpx.Client(base_url=url, timeout=60) as c:
+        assert c.post("/api/v1/ingest/samples", json=sample_batch(node="node-f", n=30, t0=now - 300),
+                      headers=auth(agent)).status_code == 200
+        assert c.post("/api/v1/jobs", json={"job_id": JOB, "team": "alpha", "node": "node-f", "state": "running",
+                                            "started_at": now - 300, "gpu_uuids": ["GPU-node-f-0"]},
+                      headers=auth(operator)).status_code == 200
+        assert c.post(f"/api/v1/jobs/{JOB}/traces", content=KINETO, headers=auth(operator)).status_code == 200
+
+
+@pytest.mark.slow
+def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_token):
+    operator = make_token("operator")
+    _seed(live_server, operator, make_token("agent", node="*"))
+    schema = schemathesis.openapi.from_url(live_server + "/openapi.json")
+    headers = {"Authorization": f"Bearer {operator}"}
+    session = requests.Session()
+    tried: dict[str, int] = {}
+    server_errors: list[str] = []
+    for result in schema.get_all_operations():
+        op = result.ok()
+        label = f"{op.method.upper()} {op.path}"
+        tried[label] = 0
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            strategies = [op.as_strategy(mode, headers=headers)]
+            if "{job_id}" in op.path:
+                strategies.append(op.as_strategy(mode, headers=headers, path_parameters={"job_id": JOB}))
+
+            @given(case=st.one_of(strategies))
+            @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=False,
+                      phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+            def run(case) -> None:  # type: ignore[no-untyped-def]
+                case.headers = {**(case.headers or {}), **headers}
+                try:
+                    response = case.call(base_url=live_server, session=session, timeout=60)
+                except (requests.exceptions.InvalidHeader, requests.exceptions.InvalidURL, UnicodeEncodeError,
+                        ValueError):
+                    return  # a request the HTTP client itself refuses to send
+                except requests.exceptions.ConnectionError as exc:
+                    server_errors.append(f"{label}: connection error {exc} for {case.as_curl_command()}")
+                    return
+                tried[label] += 1
+                if response.status_code >= 500:
+                    server_errors.append(f"{label} -> {response.status_code}: {response.text[:300]}\n  "
+                                         f"{case.as_curl_command()}")
+
+            try:
+                run()
+            except Unsatisfiable:
+                assert mode is GenerationMode.NEGATIVE, label  # nothing to get wrong (e.g. GET /healthz)
+    total = sum(tried.values())
+    print(f"schemathesis: {total} requests over {len(tried)} operations, {len(server_errors)} 5xx")
+    for label, n in sorted(tried.items()):
+        print(f"  {n:5d}  {label}")
+    assert len(tried) >= 14 and total >= len(tried) * FUZZ_EXAMPLES
+    assert server_errors == [], "\n".join(server_errors[:30])
