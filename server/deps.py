@@ -10,20 +10,14 @@ from sqlalchemy.orm import Session
 
 from server.auth.service import Principal, authenticate, require_scope
 from server.config import ServerSettings
+from server.db import session_scope
 from server.dispatch import Dispatcher
 
 
 def get_session(request: Request) -> Iterator[Session]:
     """One session per request; the request boundary commits (services only flush)."""
-    session: Session = request.app.state.sessionmaker()
-    try:
+    with session_scope(request.app.state.sessionmaker) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

@@ -112,10 +112,23 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
 
-    async def _database(_: Request, exc: Exception) -> JSONResponse:
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, sa_exc.DataError):
+            return await _unstorable(request, exc)
         if not is_database_unavailable(exc):
             raise exc  # a bug (IntegrityError, ProgrammingError...): the default 500 path logs the traceback
         return database_unavailable_response(exc)
 
     for cls in (sa_exc.DBAPIError, sa_exc.TimeoutError, *RAW_TRANSIENT_DB_ERRORS):
         app.add_exception_handler(cls, _database)
+
+    async def _unstorable(_: Request, exc: Exception) -> JSONResponse:
+        # Input the database refuses to store (an integer past its column, NUL in text, a \u0000 in JSONB) is the
+        # client's to fix: 422, found by fuzzing (tests/security/test_fuzz.py), never a 500.
+        if not isinstance(exc, sa_exc.DataError) and "NUL (0x00)" not in str(exc):
+            raise exc  # any other ValueError is a bug: the default 500 path logs the traceback
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else type(exc).__name__
+        return JSONResponse({"detail": f"a value cannot be stored: {reason}"}, status_code=422)
+
+    # psycopg2 refuses NUL characters with a bare ValueError, before the statement reaches Postgres.
+    app.add_exception_handler(ValueError, _unstorable)

@@ -93,14 +93,18 @@ def base_env(database_url: str, tmp_path: Path, *, broker_url: str | None = None
 
 
 def create_token(env: dict[str, str], scope: str, node: str | None = None, team: str | None = None) -> str:
-    argv = [PYTHON, "-m", "fleetprof.cli", "token", "create", "--scope", scope]
-    if node:
-        argv += ["--node", node]
-    if team:
-        argv += ["--team", team]
-    res = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
-    assert res.returncode == 0, res.stderr
-    return res.stdout.strip().splitlines()[-1]
+    """A token in the database `env` points at (what `fleetprof token create` does, without its 2-s start)."""
+    from sqlalchemy import create_engine
+
+    from server.auth.service import create_token as create
+    from server.db import make_sessionmaker, session_scope
+
+    engine = create_engine(env["FLEETPROF_DATABASE_URL"])
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            return create(session, scope=scope, team=team, node=node)
+    finally:
+        engine.dispose()
 
 
 def start_collector(procs: list[Proc], env: dict[str, str], tmp_path: Path, port: int | None = None,

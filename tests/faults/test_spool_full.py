@@ -1,7 +1,7 @@
 """Fault: the agent's spool fills up while the collector is unreachable.
 
 Real processes: the real `fleetprof agent` (16 simulated GPUs, journaling wrapper) with a tiny
-`FLEETPROF_SPOOL_MAX_BYTES` (100 kB; the spool's segments are 64 KiB, so it holds one to two of them) started
+`FLEETPROF_SPOOL_MAX_BYTES` (70 kB; the spool's segments are 64 KiB, so it holds one to two of them) started
 while no collector listens, a private Postgres and, later, a `fleetprof server` on the port the agent was given.
 
 Proves: the spool on disk never grows past its bound; what is dropped is whole oldest segments, counted
@@ -23,7 +23,7 @@ from tests.faults.harness import (
     JournalView, assert_exactly_once, base_env, create_token, start_agent, start_collector, stored_samples, wait_until,
 )
 
-SPOOL_MAX_BYTES = 100_000
+SPOOL_MAX_BYTES = 70_000
 
 
 def spool_disk_bytes(spool: Path) -> int:
