@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install run test test-gpu bench services browser clean
+.PHONY: install run test test-gpu bench services browser prometheus clean
 
 install: $(STAMP)
 
@@ -31,7 +31,10 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 
-test: install services browser
+prometheus:
+	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
+
+test: install services browser prometheus
 	$(BIN)/python -m pytest
 
 test-gpu: install

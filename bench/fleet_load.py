@@ -373,15 +373,24 @@ def cpu_s(procs: list[psutil.Process]) -> float:
     return total
 
 
-def postgres_procs() -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["name", "username"]):
-        if p.info["name"] and p.info["name"].startswith("postgres"):
-            out.append(p)
+def backend_cpu(engine, db: str) -> dict[int, float]:  # type: ignore[no-untyped-def]
+    """CPU seconds of each Postgres backend serving this benchmark's database (the collectors' pooled
+    connections), by pid: other databases on the same server (other test suites) are not counted."""
+    with engine.connect() as conn:
+        pids = [r[0] for r in conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = :d "
+                                                "AND pid <> pg_backend_pid()"), {"d": db})]
+    out: dict[int, float] = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+        except psutil.Error:
+            pass
     return out
 
 
 def main() -> int:
+    global BATCH_S, SAMPLES_PER_BATCH  # set from --batch-seconds, read by the forked generator processes
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000, help="simulated GPU nodes (8 GPUs each)")
     parser.add_argument("--procs", type=int, default=2, help="generator processes the nodes are multiplexed on")
@@ -398,9 +407,13 @@ def main() -> int:
     parser.add_argument("--recover-fraction", type=float, default=0.25, help="production after the overload, x R")
     parser.add_argument("--rate", type=float, default=0, help="sustained GPU-samples/s (default: from capacity)")
     parser.add_argument("--fsync", action="store_true", help="fsync every spool append, as a real agent does")
+    parser.add_argument("--batch-seconds", type=int, default=BATCH_S,
+                        help="samples per GPU per batch (the agent's FLEETPROF_BATCH_INTERVAL_S at 1 Hz)")
     parser.add_argument("--ports", default="8771,8772")
     args = parser.parse_args()
     ports = [int(p) for p in args.ports.split(",")]
+    t_begin = time.monotonic()
+    BATCH_S, SAMPLES_PER_BATCH = args.batch_seconds, GPUS * args.batch_seconds
 
     db = f"fleetprof_fleetload_{os.getpid()}"
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -488,8 +501,13 @@ def main() -> int:
             return [sum(c[i * N_COUNTERS + j] for i in range(args.procs)) for j in range(N_COUNTERS)]
 
         rss: dict[str, list[float]] = {}
+        pg_seen: dict[int, float] = {}  # last CPU seen per backend pid (pooled connections come and go)
+
+        def pg_cpu() -> float:
+            pg_seen.update(backend_cpu(engine, db))
+            return sum(pg_seen.values())
+
         cpu_marks: dict[str, tuple[float, ...]] = {}
-        pg = postgres_procs()
         last_row = (time.monotonic(), totals())
         print(f"\n{'t_s':>5} {'phase':<10} {'acked/s':>9} {'shed/s':>7} {'err/s':>6} {'backlog':>9} "
               f"{'RSS MB':>13} {'load':>5}")
@@ -499,10 +517,11 @@ def main() -> int:
             ph = phase_at(now - start) if now >= start else "warmup"
             if ph != current:
                 acked = totals()[1]
-                cpu_marks[ph] = (now, cpu_s(collectors), acked, cpu_s(pg))
+                cpu_marks[ph] = (now, cpu_s(collectors), acked, pg_cpu())
                 if current is not None:
                     cpu_marks[current + ":end"] = cpu_marks[ph]
                 current = ph
+            pg_cpu()
             mem = [p.memory_info().rss / 2**20 for p in collectors if p.is_running()]
             rss.setdefault(ph, []).append(max(mem) if mem else float("nan"))
             if now - last_row[0] >= 5:
@@ -516,17 +535,22 @@ def main() -> int:
                 if s.poll() is not None:
                     raise RuntimeError(f"a collector exited with status {s.returncode}")
             time.sleep(0.5)
-        end_marks = (time.monotonic(), cpu_s(collectors), totals()[1], cpu_s(pg))
+        end_marks = (time.monotonic(), cpu_s(collectors), totals()[1], pg_cpu())
         cpu_marks.setdefault(current + ":end", end_marks)
         reports = [results.get(timeout=120) for _ in range(args.procs)]
         for p in gens:
             p.join(timeout=30)
         alive = all(s.poll() is None for s in servers)
 
+        time.sleep(1.5)  # Postgres backends flush their table statistics within a second of going idle
         with engine.connect() as conn:
             stored = conn.execute(text("SELECT count(*) FROM gpu_samples")).scalar()
             batches_db, rows_db = conn.execute(
                 text("SELECT count(*), coalesce(sum(rows), 0) FROM ingest_batches WHERE kind = 'samples'")).one()
+            # inventory writes per batch: the collector re-syncs a node's row and its GPUs' rows whenever its
+            # cache entry is older than the refresh interval (server/ingest/inventory.py)
+            inv_updates = conn.execute(text("SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables "
+                                            "WHERE relname IN ('nodes', 'gpus')")).scalar()
         engine.dispose()
 
         # ---- summary
@@ -547,7 +571,7 @@ def main() -> int:
             a, b = cpu_marks.get(phase), cpu_marks.get(phase + ":end")
             if not a or not b:
                 return (float("nan"),) * 4 + (gen_cpu(phase),)
-            return tuple(y - x for x, y in zip(a, b)) + (gen_cpu(phase),)
+            return b[0] - a[0], b[1] - a[1], b[2] - a[2], b[3] - a[3], gen_cpu(phase)
 
         def gen_cpu(phase: str) -> float:
             total = 0.0
@@ -571,7 +595,7 @@ def main() -> int:
         print()
         rows: list[tuple[str, str]] = []
         rows.append(("simulated nodes / GPUs", f"{args.nodes} / {args.nodes * GPUS}"))
-        rows.append(("batch (agent's 5-s cut)", f"{GPUS} GPUs x {BATCH_S} samples = {SAMPLES_PER_BATCH} GPU-samples, "
+        rows.append((f"batch (agent's {BATCH_S}-s cut)", f"{GPUS} GPUs x {BATCH_S} samples = {SAMPLES_PER_BATCH} GPU-samples, "
                                                  f"{len(NodeBatches('x', 'x', 1e9, 0).doc['samples'])} sample columns"))
         rows.append(("capacity (closed loop)", f"{capacity:,.0f} GPU-samples/s"))
         for ph in ("sustained", "overload", "recovery"):
@@ -588,7 +612,7 @@ def main() -> int:
             if dacked > 0:
                 rows.append((f"[{ph}] collector CPU / sample", f"{dcpu / dacked * 1e6:.1f} us "
                                                                 f"({dcpu / dur:.2f} cores for 2 collectors)"))
-                rows.append((f"[{ph}] postgres CPU / sample", f"{dpg / dacked * 1e6:.1f} us (whole server, shared)"))
+                rows.append((f"[{ph}] postgres CPU / sample", f"{dpg / dacked * 1e6:.1f} us (this database's backends)"))
                 rows.append((f"[{ph}] load generator CPU", f"{dgen / dur:.2f} cores ({dgen / dacked * 1e6:.1f} us / sample)"))
             rows.append((f"[{ph}] collector RSS max", f"{max(rss.get(ph, [float('nan')])):.0f} MB"))
         rows.append(("sustained backlog at end / max", f"{sum(r['sustained_backlog_end'] for r in reports):,} / "
@@ -597,14 +621,22 @@ def main() -> int:
         rows.append(("Retry-After seen", ", ".join(f"{v:g} s" for v in retry_after) or "none"))
         rows.append(("caught up after overload", " / ".join("never" if c is None else f"{c:.0f} s" for c in caught)
                      + " (per generator)"))
-        rows.append(("collector RSS warm-up -> max", f"{max(rss.get('capacity', [0])):.0f} -> "
-                                                      f"{max(max(v) for v in rss.values()):.0f} MB"))
         rows.append(("collectors alive at the end", "yes" if alive else "NO"))
         rows.append(("GPU-samples produced", f"{produced:,} in {sum(r['batches'] for r in reports):,} batches"))
         rows.append(("GPU-samples acknowledged", f"{acked_total:,.0f} ({dupes:.0f} duplicate acks)"))
         rows.append(("GPU-samples in database", f"{stored:,} ({batches_db:,} batches, {rows_db:,} rows recorded)"))
+        rows.append(("inventory row updates / batch", f"{inv_updates / max(1, batches_db):.2f} (nodes + gpus rows)"))
         rows.append(("left in spools / dropped", f"{spool_left} batches / {dropped} samples"))
+        rows.append(("benchmark wall time", f"{time.monotonic() - t_begin:.0f} s"))
         rows.append(("load average (1 min)", f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"))
+        shed = {k: v for k, v in status("overload").items() if k in ("429", "503")}
+        rss_base = max(rss.get("capacity", [float("nan")]))
+        rss_peak = max(max(v) for v in rss.values())
+        rows.append(("overload shed with Retry-After", ("yes: " + ", ".join(f"{k} x{v}" for k, v in shed.items()))
+                     if shed and retry_after else "NO"))
+        rows.append(("collector memory bounded", f"{'yes' if rss_peak <= max(1.5 * rss_base, rss_base + 200) else 'NO'}"
+                                                  f" (peak {rss_peak:.0f} MB vs {rss_base:.0f} MB at capacity)"))
+        rows.append(("agents caught up", "yes" if all(c is not None for c in caught) else "NO"))
         ok = (produced == acked_total == stored == rows_db) and spool_left == 0 and dropped == 0 and alive
         rows.append(("exactly-once check", "OK" if ok else "FAILED"))
         width = max(len(k) for k, _ in rows) + 2

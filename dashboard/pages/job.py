@@ -263,9 +263,12 @@ def register_callbacks(app: dash.Dash) -> None:
 
     def _metric_callback(graph: str, metric: str, title: str, y_title: str, unit: str) -> None:
         @app.callback(Output(graph, "figure"), Input("job-id", "data"), Input("auth", "data"),
-                      Input(graph, "relayoutData"))
-        def _cb(job_id: str, auth: dict[str, Any] | None, relayout: dict[str, Any] | None):  # type: ignore[no-untyped-def]
-            since, until = _range(relayout)
+                      Input(graph, "relayoutData"), State(graph, "figure"))
+        def _cb(job_id: str, auth: dict[str, Any] | None, relayout: dict[str, Any] | None,  # type: ignore[no-untyped-def]
+                current: dict[str, Any] | None):
+            # Until the plot holds data, any trigger (the graph's own first autosize included) is a first draw.
+            drawn = bool(current and current.get("data"))
+            since, until = _range(relayout) if drawn else (None, None)
             try:
                 with client_for(auth) as c:
                     data = c.timeseries(job_id, metric, points=POINTS_PER_GPU, since=since, until=until)

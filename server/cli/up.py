@@ -82,18 +82,17 @@ def _register_demo_job(base_url: str, token: str, recording: Path) -> None:
                                      "metadata": {"replay": True}})
 
 
-def _wait_ready(url: str, timeout_s: float = 30.0) -> None:
-    import httpx
-
+def _wait_started(server, thread: threading.Thread, url: str, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait until OUR uvicorn bound its port (another process answering on it does not count)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise CliError(f"collector did not become healthy at {url}")
+        if server.started:
+            return
+        if not thread.is_alive():
+            raise CliError(f"the collector could not start on {url} (is the port already in use? "
+                           f"choose another with --port)")
+        time.sleep(0.1)
+    raise CliError(f"the collector did not start on {url} within {timeout_s:.0f} s")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
     server_thread = threading.Thread(target=server.run, name="collector", daemon=True)
     server_thread.start()
-    _wait_ready(base_url)
+    _wait_started(server, server_thread, base_url)
     if settings.embedded:
         start(_periodic, stop, settings, name="periodic")
 
@@ -139,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             lines.append(f"  dashboard:  http://{args.host}:{args.dashboard_port}/?token={operator_token}")
     if not args.no_agent:
         source = args.source or ("nvml" if _gpu_present() else f"replay:{DEMO_RECORDING}")
+        kind, _, replay_file = source.partition(":")
+        is_replay = kind in ("replay", "replay-original")
         try:
             from agent.config import load_settings
             from agent.daemon import run_agent
@@ -147,10 +148,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             agent_settings = load_settings(server_url=base_url, token=agent_token,
                                            spool_dir=settings.data_dir / "spool",
-                                           node_name=DEMO_NODE if source.startswith("replay:") else None)
-            if source.startswith("replay:"):
-                _register_demo_job(base_url, operator_token, Path(source.split(":", 1)[1]))
-                lines.append(f"  agent:      REPLAY of recorded real telemetry ({source[7:]}), node {DEMO_NODE!r} "
+                                           node_name=DEMO_NODE if is_replay else None)
+            if is_replay:
+                _register_demo_job(base_url, operator_token, Path(replay_file))
+                lines.append(f"  agent:      REPLAY of recorded real telemetry ({replay_file}), node {DEMO_NODE!r} "
                              f"— not live NVML")
             else:
                 lines.append("  agent:      live NVML on this machine")

@@ -191,3 +191,32 @@ def rightsizing_history(session: Session, job: Job, *, limit: int) -> list[tuple
         stmt = stmt.where(Job.id == job.id)
     rows = [(jid, data) for jid, data in session.execute(stmt) if isinstance(data, dict)]
     return rows[::-1]
+
+
+def downsampled_series(session: Session, gpu: Gpu, start: datetime, end: datetime, metric: str,
+                       points: int) -> tuple[list[float], list[float], int]:
+    """(ts, values, raw count) of one metric, at most ~`points` points, bucketed IN SQL: each time bucket
+    gives its minimum at the bucket's first timestamp and its maximum at its last, so extremes survive exactly
+    and a 24 h x 1 Hz series never travels to Python row by row."""
+    t = GpuSample.__table__
+    col = t.c[metric]
+    ts = epoch_column(session, t.c.ts)
+    t0, t1 = start.timestamp(), end.timestamp()
+    width = max((t1 - t0) / max(points // 2, 1), 1e-3)
+    bucket = func.floor((ts - t0) / width).label("b")
+    where = (t.c.gpu_id == gpu.id, t.c.ts >= start, t.c.ts <= end, col.is_not(None))
+    rows = session.execute(select(bucket, func.count(), func.min(col), func.max(col), func.min(ts), func.max(ts))
+                           .where(*where).group_by(bucket).order_by(bucket)).all()
+    raw = sum(r[1] for r in rows)
+    if raw <= points:
+        pairs = session.execute(select(ts, col).where(*where).order_by(t.c.ts)).all()
+        return [float(p[0]) for p in pairs], [float(p[1]) for p in pairs], raw
+    out_ts: list[float] = []
+    out_v: list[float] = []
+    for _, n, lo, hi, first, last in rows:
+        out_ts.append(float(first))
+        out_v.append(float(lo))
+        if n > 1:
+            out_ts.append(float(last))
+            out_v.append(float(hi))
+    return out_ts, out_v, raw

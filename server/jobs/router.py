@@ -6,13 +6,11 @@ import time
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
 from agent.protocol import SAMPLE_FIELDS
-from server.analysis.downsample import downsample
 from server.analysis.rightsizing import rightsize
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
@@ -115,16 +113,12 @@ def _series(session, job, metric: str, points: int, since: float | None,  # type
             start = max(start, from_epoch(since))  # type: ignore[type-var]
         if until is not None:
             end = min(end, from_epoch(until))  # type: ignore[type-var]
-        s = report_service.load_gpu_series(session, gpu, start, end, columns=(metric,))
-        values = s.columns[metric]
-        keep = ~np.isnan(values)
-        ts, vals = s.ts[keep], values[keep]
-        raw = int(ts.size)
-        if raw > points:
-            ts, vals = downsample(ts, vals, points)
-        out.append(SeriesOut(gpu_uuid=gpu.uuid, ts=[float(x) for x in ts], values=[float(x) for x in vals],
-                             raw_points=raw, min=float(vals.min()) if vals.size else None,
-                             max=float(vals.max()) if vals.size else None))
+        if end < start:
+            out.append(SeriesOut(gpu_uuid=gpu.uuid, ts=[], values=[], raw_points=0, min=None, max=None))
+            continue
+        ts, vals, raw = report_service.downsampled_series(session, gpu, start, end, metric, points)
+        out.append(SeriesOut(gpu_uuid=gpu.uuid, ts=ts, values=vals, raw_points=raw,
+                             min=min(vals) if vals else None, max=max(vals) if vals else None))
     return out
 
 

@@ -84,6 +84,14 @@ def test_operator_walks_every_page(chrome, dashboard_url, seeded, live_server) -
     _wait(driver, "#job-energy-source", "integrated power")
     _wait(driver, "#job-energy", fmt.energy(seeded["report"]["energy"]["energy_j"]))
     _wait(driver, "#job-memory .main-svg")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # every timeline holds the job's samples (a first draw must not be swallowed by the plot's own autosize)
+    for graph in ("job-memory", "job-power", "job-util"):
+        WebDriverWait(driver, 30).until(lambda d, g=graph: d.execute_script(
+            "const p = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');"
+            "const d = p && p._fullData;"  # decoded traces (typed arrays arrive base64-encoded in p.data)
+            "return !!(d && d.length > 0 && d[0].x && d[0].x.length >= 2);", g))
     _wait(driver, "#job-recommendations", seeded["report"]["recommendations"][0]["summary"])
 
     _click_link(driver, "Nodes")

@@ -65,3 +65,4 @@ def test_only_the_beat_unit_runs_beat() -> None:
     assert beats == ["fleetprof-beat.service"]
     (worker,) = _commands("fleetprof-worker.service")
     assert worker.command == "worker" and not worker.beat
+
