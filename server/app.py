@@ -125,4 +125,26 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     from server.ratelimit import RequestGuardMiddleware  # inside ObserveMiddleware: 429/413 get its headers
     app.add_middleware(RequestGuardMiddleware, settings=settings)
     app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)
+    _document_protocol_bodies(app)
     return app
+
+
+def _document_protocol_bodies(app: FastAPI) -> None:
+    """The ingest routes read their (gzip, size-bounded) body raw and point at the wire-protocol models by
+    $ref; FastAPI does not register models it never parses, so add their schemas to the document."""
+    from agent.protocol import EventBatch, SampleBatch
+
+    generate = app.openapi
+
+    def openapi() -> dict:  # type: ignore[type-arg]
+        if app.openapi_schema is None:
+            doc = generate()
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for model in (SampleBatch, EventBatch):
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

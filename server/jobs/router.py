@@ -17,7 +17,7 @@ from server.errors import Forbidden, InvalidInput
 from server.jobs import report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
-from server.jobs.schemas import JobCreate, JobList, JobRead, JobState
+from server.jobs.schemas import JobAck, JobCreate, JobList, JobRead, JobState
 from server.models.base import from_epoch
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -34,10 +34,10 @@ def _unit(metric: str) -> str | None:
     return None
 
 
-@router.post("", response_model=JobRead, responses={401: {}, 403: {}, 404: {}, 422: {}},
-             summary="Register a job, or update a registered one")
+@router.post("", response_model=JobRead | JobAck, responses={401: {}, 403: {}, 404: {}, 422: {}},
+             summary="Register a job, or update a registered one (agent tokens get an acknowledgement only)")
 def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
-                 dispatcher: DispatcherDep) -> JobRead:
+                 dispatcher: DispatcherDep) -> JobRead | JobAck:
     if principal.scope not in ("team", "agent", "operator"):
         raise Forbidden(f"a {principal.scope} token cannot register jobs")
     job, became_terminal = job_service.upsert_job(session, data, principal=principal)
@@ -46,6 +46,8 @@ def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
     if became_terminal:
         session.commit()  # the task must see the committed end
         dispatcher.characterize(job.id)
+    if principal.scope == "agent":
+        return JobAck(job_id=read.job_id, state=read.state, node=read.node, gpu_uuids=read.gpu_uuids)
     return read
 
 

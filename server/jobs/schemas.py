@@ -60,6 +60,16 @@ class JobRead(BaseModel):
     metadata: dict[str, Any]
 
 
+class JobAck(BaseModel):
+    """What an agent token gets back from a registration: enough to carry on, none of the job's metadata
+    (name, command, owner), which agents never need to read."""
+
+    job_id: str
+    state: str
+    node: str | None
+    gpu_uuids: list[str]
+
+
 class JobList(BaseModel):
     items: list[JobRead]
     total: int

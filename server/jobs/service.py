@@ -85,11 +85,18 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
         if team is not None and team != principal.team:
             raise Forbidden(f"a token of team {principal.team!r} cannot register jobs for team {team!r}")
         team = principal.team
+    node_bound = principal.scope == "agent" and principal.node not in (None, "*")
+    if node_bound and data.node is not None and data.node != principal.node:
+        raise Forbidden(f"this agent token writes for node {principal.node!r}, not {data.node!r}")
     job = find_job(session, data.job_id)
     if job is None:
-        job = Job(job_id=data.job_id, team=team, state="pending", extra={})
+        job = Job(job_id=data.job_id, team=team, state="pending", extra={},
+                  node_name=principal.node if node_bound else None)
         session.add(job)
     elif principal.scope == "team" and job.team not in (None, principal.team):
+        raise _not_found(data.job_id)
+    elif node_bound and job.node_name != principal.node:
+        # A node's agent sees and updates only the jobs of its own node.
         raise _not_found(data.job_id)
     elif team is not None and team != job.team:
         # Moving an owned job to another team would hand its data over: operators only (agents may claim

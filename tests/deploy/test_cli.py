@@ -18,3 +18,11 @@ def test_console_script_serves_each_deployed_subcommand(sub: str) -> None:
     done = subprocess.run([str(exe), sub, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"usage: fleetprof {sub}" in done.stdout
+
+
+def test_top_level_help_lists_the_deployed_subcommands() -> None:
+    exe = Path(sys.executable).with_name("fleetprof")
+    done = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for sub in ("server", "worker", "dashboard", "db", "agent", "token"):
+        assert f"    {sub} " in done.stdout or f"    {sub}\n" in done.stdout, f"`fleetprof --help` lacks {sub}"

@@ -119,8 +119,8 @@ def start_collector(procs: list[Proc], env: dict[str, str], tmp_path: Path, port
 
 
 def start_agent(procs: list[Proc], env: dict[str, str], tmp_path: Path, *, server: str, token: str, node: str,
-                gpus: int = 4, interval_s: float = 0.1, batch_interval_s: float = 0.3, spool_max_bytes: int | None = None,
-                name: str = "agent") -> Proc:
+                gpus: int = 4, interval_s: float = 0.1, batch_interval_s: float = 0.3,
+                spool_max_bytes: int | None = None, name: str = "agent") -> Proc:
     """The real agent CLI (`fleetprof agent`, fake:N GPUs) under tests/faults/journaling_agent.py, which records
     every collector answer and every spooled batch in a journal (see that file)."""
     journal = tmp_path / f"{name}.journal.jsonl"
@@ -136,6 +136,28 @@ def start_agent(procs: list[Proc], env: dict[str, str], tmp_path: Path, *, serve
     p.extra["journal"] = journal
     procs.append(p)
     return p
+
+
+def stop_agent_and_drain(procs: list[Proc], agent: Proc, *, rounds: int = 3) -> int:
+    """SIGTERM the agent: it cuts a last batch and gets 3 s to flush. What it could not deliver in that time
+    stays in its durable spool for the next start, so start it again on the same spool (same journal) until
+    every batch it ever spooled is acknowledged. Returns how many restarts that took."""
+    journal: Path = agent.extra["journal"]  # type: ignore[assignment]
+    code = agent.stop(timeout=20)
+    assert code == 0, f"agent exited with {code}\n{agent.log()[-3000:]}"
+    for i in range(rounds):
+        view = JournalView.read(journal)
+        left = [k for k in view.spooled if k not in view.acked]
+        if not left:
+            return i
+        again = Proc(f"{agent.name}-restart{i + 1}", agent.argv, agent.env,
+                     agent.log_path.with_name(f"{agent.name}-restart{i + 1}.log")).start()
+        procs.append(again)
+        wait_until(lambda: all(k in JournalView.read(journal).acked for k in left), 40,
+                   f"the restarted agent to deliver {len(left)} batches left in the spool")
+        code = again.stop(timeout=20)
+        assert code == 0, f"agent exited with {code}\n{again.log()[-3000:]}"
+    raise AssertionError(f"the spool still held batches after {rounds} restarts")
 
 
 def read_journal(path: Path) -> list[dict]:
@@ -161,9 +183,9 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
         time.sleep(interval_s)
 
 
-def http_status(method: str, url: str, **kwargs) -> tuple[int | None, httpx.Headers | None]:  # type: ignore[no-untyped-def]
+def http_status(method: str, url: str, **kwargs: object) -> tuple[int | None, httpx.Headers | None]:
     try:
-        r = httpx.request(method, url, timeout=kwargs.pop("timeout", 10), **kwargs)
+        r = httpx.request(method, url, timeout=kwargs.pop("timeout", 10), **kwargs)  # type: ignore[arg-type]
         return r.status_code, r.headers
     except httpx.HTTPError:
         return None, None

@@ -82,9 +82,7 @@ def test_full_spool_drops_oldest_counts_and_reports(fault_db, procs, tmp_path):
     assert sum(mine.values()) + dropped == sum(spooled.values())
     assert not any(k in stored for key in never_acked for k in view.spooled[key]), "a dropped sample was stored"
     assert_exactly_once(fault_db, view, require_all_spooled=False)
-    # The later batches carried the count to the server.
-    later = [ev for key, ev in view.acked.items()]
-    assert later
+    # The batches sent after the drops carried the count to the server.
     nodes = httpx.get(url + "/api/v1/nodes", headers={"Authorization": f"Bearer {operator}"}, timeout=10).json()
     node = next(n for n in nodes if n["name"] == "full-node")
     assert node["dropped_samples_total"] == dropped, (node, dropped)

@@ -62,7 +62,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
 }
 
 # Leaks this matrix knows of, each with an xfail test below that fails the day it is fixed (strict).
-KNOWN_GAPS = {("agent", "POST", "/api/v1/jobs")}
+KNOWN_GAPS: set[tuple[str, str, str]] = set()
 
 # A tiny but real Kineto trace (one kernel), identical bytes every time: re-uploads are idempotent no-ops.
 KINETO = (b'{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"ph": "X", "cat": "kernel", '
@@ -220,11 +220,6 @@ def test_an_agent_cannot_move_a_job_to_another_team(api, seeded):
     assert r.status_code == 200 and r.json()["team"] == "beta"  # an operator may
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "POST /api/v1/jobs answers an agent token with the whole JobRead (name, command, metadata) of any job id it "
-    "names, whatever its node: agents can read any team's job metadata. Fix in server/jobs (upsert_job/"
-    "register_job): answer agents with an acknowledgement only (job_id, state), or bind node-scoped agent tokens "
-    "to jobs on their node. Not done here: it changes what `fleetprof run`/`replay` read back."))
 def test_an_agent_cannot_read_a_job_through_registration(api, seeded):
     r = api.post("/api/v1/jobs", json={"job_id": JOB_OF["alpha"]}, headers=auth(seeded["agent"]))
     assert MARKER["alpha"] not in r.text
