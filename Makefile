@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install run test test-gpu bench services browser prometheus clean
+.PHONY: install run test test-gpu bench services browser prometheus compose clean
 
 install: $(STAMP)
 
@@ -27,14 +27,20 @@ services:
 	@redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
 	  --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
 
+# System tools the suite drives for real: Chromium (dashboard), Prometheus (scrape test), docker-compose
+# (static check of docker-compose.yml; no engine needed).
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 
+compose:
+	@command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq docker-compose)
+
 prometheus:
 	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 
-test: install services browser prometheus
+test: install services browser prometheus compose
 	$(BIN)/python -m pytest
 
 test-gpu: install

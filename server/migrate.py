@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from alembic import command
@@ -9,7 +10,9 @@ from alembic.config import Config
 
 from server.config import ServerSettings
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+# `migrations` is a package of the distribution, so a plain (non-editable) install can migrate too.
+_spec = importlib.util.find_spec("migrations")
+MIGRATIONS_DIR = Path(_spec.origin).parent if _spec and _spec.origin else Path(__file__).resolve().parents[1] / "migrations"
 
 
 def alembic_config(settings: ServerSettings) -> Config:

@@ -18,10 +18,9 @@ from fleetprof.errors import CliError
 
 log = logging.getLogger("fleetprof.up")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# Real telemetry recorded on a real GPU, replayed when this machine has none. The nvidia-smi capture of an
-# H100 under load (idle row, then gpu_burn + memhogs) ships in the repository's test data.
-DEMO_RECORDING = REPO_ROOT / "tests" / "data" / "nvidia-smi-h100-capture.txt"
+# Real telemetry recorded on a real GPU, replayed when this machine has none: the nvidia-smi capture of an
+# H100 under load (idle row, then gpu_burn + memhogs), shipped in the server.demo package (see its README).
+DEMO_RECORDING = Path(__file__).resolve().parents[1] / "demo" / "nvidia-smi-h100-capture.txt"
 DEMO_NODE = "local-replay"
 DEMO_JOB = "demo-replay"
 

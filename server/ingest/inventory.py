@@ -1,7 +1,8 @@
 """Nodes and GPUs: upserts from agent batches and job registrations, with an in-process id cache.
 
 Agents send their inventory with every batch; writing it every time would cost a round trip per batch,
-so unchanged inventory is only refreshed (last_seen) every `refresh_s`.
+so unchanged inventory is only refreshed (last_seen) every `refresh_s` (60 s: last-seen has minute resolution;
+a change of inventory, health or drop count is written at once).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class _NodeEntry:
 
 
 class InventoryCache:
-    def __init__(self, refresh_s: float = 10.0):
+    def __init__(self, refresh_s: float = 60.0):
         self.refresh_s = refresh_s
         self._nodes: dict[str, _NodeEntry] = {}
         self._lock = threading.Lock()

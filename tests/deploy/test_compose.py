@@ -51,7 +51,7 @@ def _runs_fleetprof_image(svc: dict) -> bool:
 def test_docker_compose_config_accepts_the_file(profile: str | None) -> None:
     cli = _compose_cli()
     if cli is None:
-        pytest.skip("neither `docker compose` nor `docker-compose` is installed (apt-get install docker-compose)")
+        pytest.fail("neither `docker compose` nor `docker-compose` is installed: `make test` installs docker-compose")
     cmd = cli + ["-f", str(COMPOSE_FILE)] + (["--profile", profile] if profile else []) + ["config"]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
                           env={"PATH": "/usr/local/bin:/usr/bin:/bin"})

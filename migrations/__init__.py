@@ -1,0 +1,1 @@
+"""Alembic migrations of the fleetprof schema (a package so that installs carry them)."""

@@ -1,0 +1,1 @@
+"""Recorded real GPU telemetry that `fleetprof up` replays on machines without a GPU."""
