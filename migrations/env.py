@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from alembic import context
 from sqlalchemy import create_engine, pool
 
@@ -9,6 +11,12 @@ from server.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+PARTITION = re.compile(r"_p\d{8}$")
+
+
+def include_name(name, type_, parent_names):  # type: ignore[no-untyped-def]
+    """Daily partitions (created at run time by server/storage/partitions.py) are not part of the schema."""
+    return not (type_ == "table" and name and PARTITION.search(name))
 
 
 def run_migrations_offline() -> None:
@@ -23,7 +31,8 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         # render_as_batch: SQLite cannot ALTER most things; batch mode rebuilds tables there.
         context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=connection.dialect.name == "sqlite", compare_type=True)
+                          render_as_batch=connection.dialect.name == "sqlite", compare_type=True,
+                          include_name=include_name)
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

@@ -28,12 +28,16 @@ class ServerSettings(BaseSettings):
     max_trace_upload_bytes: int = 256 * 1024 * 1024  # trace upload body as sent (often gzip)
     max_future_skew_s: float = 86_400.0              # samples from further in the future are rejected
     max_inflight_ingest: int = 64                    # concurrent ingest requests before 503 + Retry-After
+    ingest_timeout_s: float = 30.0                   # wait for the group commit before answering 503
+    ingest_writers: int = 2                          # group-commit writer threads (database connections)
+    gil_switch_interval_s: float = 0.0005            # sys.setswitchinterval for the collector process
     # Per-token rate limit (token bucket, per collector process; 0 disables): sustained requests/s and burst.
     # Generous by default: `fleetprof replay` and a shared '*' agent token send batches back to back.
     rate_limit_per_s: float = 100.0
     rate_limit_burst: int = 1000
 
     characterize_running_every_s: float = 60.0
+    raw_retention_days: int = 30                     # raw samples older than this are dropped (rollups kept)
     estimate_timeout_s: float = 120.0                # hard ceiling for one pre-training estimate
     grid_intensity_g_per_kwh: float = 400.0
     pue: float = 1.2

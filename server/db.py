@@ -29,7 +29,11 @@ def make_engine(settings: ServerSettings) -> Engine:
         return engine
     # No pre-ping: it costs a round trip per checkout on the ingest path. A connection broken by a database
     # restart raises a disconnect error, SQLAlchemy invalidates the pool, and the request answers 503.
-    return create_engine(url, pool_size=20, max_overflow=10, pool_recycle=1800)
+    # Bounded waits everywhere: a connect that hangs, a peer that vanished (TCP keepalives notice within ~25 s),
+    # a pool that is exhausted. No statement timeout: report and rollup queries may legitimately run long.
+    return create_engine(url, pool_size=20, max_overflow=10, pool_recycle=1800, pool_timeout=10,
+                         connect_args={"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 10,
+                                       "keepalives_interval": 5, "keepalives_count": 3})
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
@@ -11,6 +14,10 @@ from sqlalchemy import text
 from server.metrics import REGISTRY
 
 router = APIRouter(tags=["health"])
+
+READY_TIMEOUT_S = 2.0
+# Probe threads; a probe stuck on a frozen database occupies one until its socket gives up (keepalives).
+_PROBES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleetprof-readyz")
 
 
 @router.get("/healthz", summary="Liveness")
@@ -22,10 +29,18 @@ def healthz() -> dict[str, str]:
             responses={503: {"description": "a dependency is down"}})
 def readyz(request: Request) -> JSONResponse:
     checks: dict[str, str] = {}
-    try:
+
+    def ping() -> None:
         with request.app.state.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    # A frozen database answers nothing at all: the probe must say "not ready" within its own deadline.
+    future = _PROBES.submit(ping)
+    try:
+        future.result(timeout=READY_TIMEOUT_S)
         checks["database"] = "ok"
+    except FutureTimeout:
+        checks["database"] = f"error: no answer within {READY_TIMEOUT_S:g} s"
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         checks["database"] = f"error: {exc.__class__.__name__}"
     broker = request.app.state.broker_check

@@ -47,3 +47,16 @@ def rollup_recent(hours: int = 2) -> int:
     now = time.time()
     with session_scope(session_factory()) as session:
         return rollup_hours(session, since=now - hours * 3600, until=now)
+
+
+@shared_task(name="fleetprof.storage_maintenance", acks_late=True, autoretry_for=(Exception,), max_retries=3)
+def storage_maintenance() -> int:
+    """Beat: create the next days' partitions, drop raw-sample days past the retention (rollups kept)."""
+    from server.storage.partitions import apply_retention, precreate
+    from server.worker import session_factory
+
+    factory = session_factory()
+    now = time.time()
+    with session_scope(factory) as session:
+        precreate(session.get_bind(), now=now)
+        return len(apply_retention(session, now=now, raw_retention_days=get_settings().raw_retention_days))

@@ -28,6 +28,7 @@ def create_celery_app(settings: ServerSettings | None = None) -> Celery:
             "characterize-due": {"task": "fleetprof.characterize_due",
                                  "schedule": settings.characterize_running_every_s},
             "rollup-recent": {"task": "fleetprof.rollup_recent", "schedule": 300.0},
+            "storage-maintenance": {"task": "fleetprof.storage_maintenance", "schedule": 3600.0},
         },
     )
     app.conf.fleetprof_settings = settings

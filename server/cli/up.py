@@ -53,14 +53,19 @@ def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyp
     from server.db import make_engine, make_sessionmaker, session_scope
     from server.fleet.service import rollup_hours
     from server.jobs.report_service import characterize_job_pk, jobs_due
+    from server.storage.partitions import apply_retention
 
     engine = make_engine(settings)
     factory = make_sessionmaker(engine)
+    last_retention = 0.0
     while not stop.wait(min(30.0, settings.characterize_running_every_s)):
         try:
             now = time.time()
             with session_scope(factory) as session:
                 rollup_hours(session, since=now - 2 * 3600, until=now)
+                if now - last_retention > 3600:
+                    apply_retention(session, now=now, raw_retention_days=settings.raw_retention_days)
+                    last_retention = now
                 due = jobs_due(session, every_s=settings.characterize_running_every_s)
             for job_pk in due:
                 characterize_job_pk(factory, job_pk, settings)

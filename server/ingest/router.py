@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -69,7 +70,13 @@ async def ingest_samples(request: Request, principal: AgentAuth, settings: Setti
                                                    cache=request.app.state.inventory_cache, now=time.time(),
                                                    max_future_skew_s=settings.max_future_skew_s)
             # Answered only once the writer committed the group this batch went into.
-            result = request.app.state.sample_writer.submit(prepared).result()
+            try:
+                result = request.app.state.sample_writer.submit(prepared).result(timeout=settings.ingest_timeout_s)
+            except FutureTimeout:
+                # Not acknowledged: the agent resends, and a late commit makes that resend a duplicate.
+                INGEST_REJECTED.labels(reason="timeout").inc()
+                raise Overloaded(f"the database did not commit within {settings.ingest_timeout_s:g} s; retry",
+                                 retry_after_s=5) from None
             INGEST_BATCHES.labels(kind="samples", duplicate=str(result.duplicate).lower()).inc()
             INGEST_SAMPLES.inc(result.accepted)
             return IngestAck(accepted=result.accepted, duplicate=result.duplicate, server_time=time.time())

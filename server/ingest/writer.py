@@ -22,12 +22,17 @@ log = logging.getLogger(__name__)
 
 
 class SampleWriter:
-    def __init__(self, factory: sessionmaker[Session], *, max_rows: int = 50_000):
+    def __init__(self, factory: sessionmaker[Session], *, max_rows: int = 50_000, writers: int = 2):
         self._factory = factory
         self._max_rows = max_rows
         self._queue: queue.Queue[tuple[PreparedSamples, Future[IngestResult]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="fleetprof-sample-writer", daemon=True)
-        self._thread.start()
+        # Several writers, each with its own connection, so Postgres inserts on several cores while the next
+        # groups form. Two groups racing on the same (gpu, ts) key wait on each other (ON CONFLICT); a deadlock
+        # there fails the group, which is then retried batch by batch.
+        self._threads = [threading.Thread(target=self._run, name=f"fleetprof-sample-writer-{i}", daemon=True)
+                         for i in range(writers)]
+        for t in self._threads:
+            t.start()
 
     def submit(self, item: PreparedSamples) -> Future[IngestResult]:
         future: Future[IngestResult] = Future()
@@ -35,8 +40,10 @@ class SampleWriter:
         return future
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=30)
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=30)
 
     def _drain(self, first: tuple[PreparedSamples, Future[IngestResult]]) -> tuple[list, bool]:  # type: ignore[type-arg]
         group = [first]

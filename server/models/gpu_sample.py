@@ -15,6 +15,8 @@ class GpuSample(Base):
     """
 
     __tablename__ = "gpu_samples"
+    # One partition per UTC day (server/storage/partitions.py): retention drops whole days.
+    __table_args__ = {"postgresql_partition_by": "RANGE (ts)"}
 
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)

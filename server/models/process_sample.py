@@ -12,7 +12,8 @@ class ProcessSample(Base):
     """GPU memory of one process at one instant, with the job the agent attributed it to (null = unattributed)."""
 
     __tablename__ = "process_samples"
-    __table_args__ = (Index("ix_process_samples_job_ts", "job_id", "ts"),)
+    __table_args__ = (Index("ix_process_samples_job_ts", "job_id", "ts"),
+                      {"postgresql_partition_by": "RANGE (ts)"})
 
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)

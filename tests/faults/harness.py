@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,23 +141,25 @@ def start_agent(procs: list[Proc], env: dict[str, str], tmp_path: Path, *, serve
 
 def stop_agent_and_drain(procs: list[Proc], agent: Proc, *, rounds: int = 3) -> int:
     """SIGTERM the agent: it cuts a last batch and gets 3 s to flush. What it could not deliver in that time
-    stays in its durable spool for the next start, so start it again on the same spool (same journal) until
-    every batch it ever spooled is acknowledged. Returns how many restarts that took."""
+    stays in its durable spool for the next start ("N batches stay spooled" in its log), so start it again on
+    the same spool (same journal) until a stop leaves nothing behind. Returns how many restarts that took."""
     journal: Path = agent.extra["journal"]  # type: ignore[assignment]
-    code = agent.stop(timeout=20)
-    assert code == 0, f"agent exited with {code}\n{agent.log()[-3000:]}"
-    for i in range(rounds):
-        view = JournalView.read(journal)
-        left = [k for k in view.spooled if k not in view.acked]
+    proc = agent
+    for i in range(rounds + 1):
+        code = proc.stop(timeout=20)
+        assert code == 0, f"agent exited with {code}\n{proc.log()[-3000:]}"
+        left = re.findall(r"(\d+) batches stay spooled", proc.log())
         if not left:
             return i
-        again = Proc(f"{agent.name}-restart{i + 1}", agent.argv, agent.env,
-                     agent.log_path.with_name(f"{agent.name}-restart{i + 1}.log")).start()
-        procs.append(again)
-        wait_until(lambda: all(k in JournalView.read(journal).acked for k in left), 40,
-                   f"the restarted agent to deliver {len(left)} batches left in the spool")
-        code = again.stop(timeout=20)
-        assert code == 0, f"agent exited with {code}\n{again.log()[-3000:]}"
+        n = int(left[-1])
+        view = JournalView.read(journal)
+        old_ids = {agent_id for agent_id, _ in view.spooled}
+        before = sum(1 for agent_id, _ in view.acked if agent_id in old_ids)
+        proc = Proc(f"{agent.name}-restart{i + 1}", agent.argv, agent.env,
+                    agent.log_path.with_name(f"{agent.name}-restart{i + 1}.log")).start()
+        procs.append(proc)
+        wait_until(lambda: sum(1 for agent_id, _ in JournalView.read(journal).acked if agent_id in old_ids)
+                   >= before + n, 40, f"the restarted agent to deliver the {n} batches left in the spool")
     raise AssertionError(f"the spool still held batches after {rounds} restarts")
 
 

@@ -106,13 +106,6 @@ def test_redis_down_ingest_continues_and_characterization_catches_up(fault_db, p
           f"test {time.monotonic() - t_begin:.1f} s")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server/jobs/report_service.py jobs_due() treats an ended job's cached report as final when "
-    "computed_at >= ended_at + LATE_DATA_WINDOW, without comparing it with job.updated_at as is_final() does. A "
-    "report computed while the job still ran, after a job end whose timestamp lies > 5 min in the past (late end "
-    "event, `replay`, hooks spool drained after an outage), is then never redone by the beat sweep if the "
-    "job-end enqueue was lost (broker down, worker killed): the cached report keeps state 'running'. Fix: also "
-    "select Job.updated_at and mark the job due when computed_at < updated_at."))
 def test_sweep_redoes_stale_running_report(fault_db):
     """The gap the two tests above steer around, at the function the beat calls: the job end whose enqueue was
     lost must be picked up by the sweep even when a report of the running job exists."""
