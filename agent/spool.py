@@ -57,6 +57,8 @@ class Spool:
         self.segment_bytes = segment_bytes or max(64 << 10, min(8 << 20, max_bytes // 16))
         self.fsync = fsync
         self.dropped_samples_total = 0
+        self._in_flight: SpoolRecord | None = None  # what peek() last handed to the shipper
+        self._orphan: SpoolRecord | None = None     # the in-flight batch a drop removed: lost unless acked
         self._lock = threading.Lock()
         self._index: deque[SpoolRecord] = deque()
         self._sizes: dict[int, int] = {}  # segment -> bytes on disk
@@ -86,6 +88,10 @@ class Spool:
             return 0, 0
 
     def _load(self) -> None:
+        try:
+            self.dropped_samples_total = int((self.directory / "dropped").read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            self.dropped_samples_total = 0
         ack_seg, ack_off = self._read_ack()
         segments = sorted(int(p.name[: -len(_SUFFIX)]) for p in self.directory.glob("*" + _SUFFIX)
                           if p.name[: -len(_SUFFIX)].isdigit())
@@ -156,15 +162,27 @@ class Spool:
             self._sizes[self._active] = offset + len(data) + 1
             self._index.append(SpoolRecord(self._active, offset, len(data), samples))
 
+    def _count_dropped(self, samples: int) -> None:
+        """Add to the drop counter and persist it: it must survive restarts (the server keeps the node's total)."""
+        self.dropped_samples_total += samples
+        tmp = self.directory / "dropped.tmp"
+        tmp.write_text(f"{self.dropped_samples_total}\n")
+        os.replace(tmp, self.directory / "dropped")
+
     def _drop_oldest(self) -> None:
         seg = min(self._sizes)
         lost = 0
         while self._index and self._index[0].segment == seg:
-            lost += self._index.popleft().samples
+            rec = self._index.popleft()
+            if rec == self._in_flight:
+                # The shipper is sending it right now: it counts as dropped only if that send fails.
+                self._orphan = rec
+            else:
+                lost += rec.samples
         del self._sizes[seg]
         self._path(seg).unlink(missing_ok=True)
         if lost:
-            self.dropped_samples_total += lost
+            self._count_dropped(lost)
             log.warning("spool %s is full (%d bytes): dropped segment %d with %d unsent samples "
                         "(%d dropped in total)", self.directory, self.max_bytes, seg, lost,
                         self.dropped_samples_total)
@@ -174,21 +192,37 @@ class Spool:
     def peek(self) -> tuple[SpoolRecord, bytes] | None:
         """The oldest unacknowledged batch and its bytes, or None when everything was acknowledged."""
         with self._lock:
+            if self._orphan is not None:
+                # the batch dropped while in flight was not acknowledged: now it is lost
+                self._count_dropped(self._orphan.samples)
+                log.warning("spool %s: a batch of %d samples dropped while being sent was not acknowledged",
+                            self.directory, self._orphan.samples)
+                self._orphan = None
             if not self._index:
+                self._in_flight = None
                 return None
             rec = self._index[0]
+            self._in_flight = rec
             with open(self._path(rec.segment), "rb") as f:
                 f.seek(rec.offset)
                 return rec, f.read(rec.length)
 
     def ack(self, record: SpoolRecord) -> None:
-        """The collector has the batch: forget it (a no-op if the record was dropped meanwhile)."""
-        self._remove(record)
+        """The collector has the batch: forget it (if it was dropped meanwhile, it was delivered after all)."""
+        if not self._remove(record):
+            with self._lock:
+                if record == self._orphan:
+                    self._orphan = None
 
     def discard(self, record: SpoolRecord, reason: str) -> None:
         """The collector refused the batch for good (4xx): drop it and count its samples."""
-        if self._remove(record):
-            self.dropped_samples_total += record.samples
+        removed = self._remove(record)
+        with self._lock:
+            if not removed and record == self._orphan:
+                self._orphan, removed = None, True
+        if removed:
+            with self._lock:
+                self._count_dropped(record.samples)
             log.error("dropped a batch of %d samples the collector refused: %s", record.samples, reason)
 
     def _remove(self, record: SpoolRecord) -> bool:
@@ -222,6 +256,9 @@ class Spool:
 
     def close(self) -> None:
         with self._lock:
+            if self._orphan is not None:  # dropped while in flight and never acknowledged
+                self._count_dropped(self._orphan.samples)
+                self._orphan = None
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

@@ -114,3 +114,30 @@ def test_survives_kill_9_mid_write(tmp_path: Path, repo_root: Path) -> None:
     # every batch the writer was told is spooled is there, in order, and nothing is torn
     assert seqs[: confirmed + 1] == list(range(confirmed + 1))
     assert len(seqs) <= confirmed + 2
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_a_batch_dropped_while_in_flight_counts_only_if_not_delivered(tmp_path: Path, delivered: bool) -> None:
+    with Spool(tmp_path, max_bytes=4000, segment_bytes=1000) as s:
+        for i in range(5):
+            s.append(line(i, samples=3, pad=150), 3)
+        rec, _ = s.peek()  # the shipper posts batch 0 ...
+        for i in range(5, 40):  # ... while sampling goes on and the bound drops batch 0's segment
+            s.append(line(i, samples=3, pad=150), 3)
+        before = s.dropped_samples_total
+        if delivered:
+            s.ack(rec)  # its 200 arrived: it is stored, not lost
+            assert s.dropped_samples_total == before
+        kept = drain(s)
+        lost = 40 - len(kept) - (1 if delivered else 0)
+        assert s.dropped_samples_total == 3 * lost
+
+
+def test_the_drop_count_survives_a_restart(tmp_path: Path) -> None:
+    with Spool(tmp_path, max_bytes=4000, segment_bytes=1000) as s:
+        for i in range(40):
+            s.append(line(i, samples=3, pad=150), 3)
+        counted = s.dropped_samples_total
+    assert counted > 0
+    with Spool(tmp_path, max_bytes=4000, segment_bytes=1000) as s:
+        assert s.dropped_samples_total == counted  # the node's total must not restart from 0

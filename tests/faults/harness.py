@@ -255,6 +255,8 @@ class JournalView:
             kind = ev["ev"]
             if kind == "spooled":
                 spooled[(ev["agent_id"], ev["seq"])] = [(u, us(t)) for u, t in ev["samples"]]
+                # the count the agent reports with each batch (it also grows outside segment drops)
+                dropped = max(dropped, ev.get("dropped_samples_total", 0))
             elif kind == "ack":
                 key = (ev["agent_id"], ev["seq"])
                 acked.setdefault(key, ev)
