@@ -14,6 +14,34 @@ from server.metrics import TASK_LATENCY
 log = logging.getLogger(__name__)
 
 CHARACTERIZE_TASK = "fleetprof.characterize_job"
+PENDING_TTL_S = 900  # a claim outlives a lost task by this much at most
+
+
+class _Pending:
+    """A per-job 'characterization queued' marker in Redis (SET NX EX), released when the task ends."""
+
+    def __init__(self, job_pk: int):
+        settings = get_settings()
+        self.key = f"{settings.queue_name}:characterize-pending:{job_pk}"
+        self.url = settings.broker_url
+
+    def _redis(self):  # type: ignore[no-untyped-def]
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
+
+    def claim(self) -> bool:
+        return bool(self._redis().set(self.key, "1", nx=True, ex=PENDING_TTL_S))
+
+    def release(self) -> None:
+        try:
+            self._redis().delete(self.key)
+        except Exception:  # noqa: BLE001 - the TTL frees it anyway
+            log.warning("could not release %s", self.key)
+
+
+def _pending(job_pk: int) -> _Pending:
+    return _Pending(job_pk)
 
 
 @shared_task(name=CHARACTERIZE_TASK, acks_late=True, autoretry_for=(Exception,), max_retries=3,
@@ -22,8 +50,11 @@ def characterize_job(job_pk: int) -> bool:
     from server.jobs.report_service import characterize_job_pk
     from server.worker import session_factory
 
-    with TASK_LATENCY.labels(task="characterize").time():
-        return characterize_job_pk(session_factory(), job_pk, get_settings())
+    try:
+        with TASK_LATENCY.labels(task="characterize").time():
+            return characterize_job_pk(session_factory(), job_pk, get_settings())
+    finally:
+        _pending(job_pk).release()
 
 
 @shared_task(name="fleetprof.characterize_due", acks_late=True)
@@ -34,9 +65,13 @@ def characterize_due() -> int:
 
     with session_scope(session_factory()) as session:
         due = jobs_due(session, every_s=get_settings().characterize_running_every_s)
+    queued = 0
     for job_pk in due:
-        characterize_job.delay(job_pk)
-    return len(due)
+        # One queued characterization per job: a slow job must not pile up a copy per sweep.
+        if _pending(job_pk).claim():
+            characterize_job.delay(job_pk)
+            queued += 1
+    return queued
 
 
 @shared_task(name="fleetprof.rollup_recent", acks_late=True, autoretry_for=(Exception,), max_retries=3)

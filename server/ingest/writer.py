@@ -16,7 +16,9 @@ from concurrent.futures import Future
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.db import session_scope
+from server.errors import is_database_unavailable
 from server.ingest.service import IngestResult, PreparedSamples, write_samples
+from server.storage.partitions import PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +61,20 @@ class SampleWriter:
             rows += len(nxt[0].batch.samples)
         return group, False
 
-    def _write(self, group: list[tuple[PreparedSamples, Future[IngestResult]]]) -> None:
+    def _write(self, group: list[tuple[PreparedSamples, Future[IngestResult]]], *, retry: bool = True) -> None:
         try:
             with session_scope(self._factory) as session:
                 results = write_samples(session, [item for item, _ in group])
         except Exception as exc:  # noqa: BLE001 - isolate the failing batch below
-            if len(group) == 1:
-                group[0][1].set_exception(exc)
+            PARTITIONS.forget()  # a day dropped by retention elsewhere is recreated on the retry
+            if not retry or is_database_unavailable(exc):
+                # A database that is down fails every batch alike: answer them all (503) at once.
+                for _, future in group:
+                    future.set_exception(exc)
                 return
             log.warning("group of %d batches failed (%s); retrying one by one", len(group), exc)
             for one in group:
-                self._write([one])
+                self._write([one], retry=False)
             return
         for (_, future), result in zip(group, results):
             future.set_result(result)
