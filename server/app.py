@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -76,10 +75,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         from server.ingest.router import InflightLimiter
         from server.ingest.writer import SampleWriter
 
-        # The group-commit writers block on the database and must get the GIL back promptly from the request
-        # threads when a reply arrives; CPython's default 5 ms switch interval made each round trip cost up
-        # to 5 ms more under load (measured: bench/ingest.py, docs/ARCHITECTURE.md).
-        sys.setswitchinterval(settings.gil_switch_interval_s)
         engine = make_engine(settings)
         factory = make_sessionmaker(engine)
         if settings.embedded:

@@ -30,7 +30,6 @@ class ServerSettings(BaseSettings):
     max_inflight_ingest: int = 64                    # concurrent ingest requests before 503 + Retry-After
     ingest_timeout_s: float = 30.0                   # wait for the group commit before answering 503
     ingest_writers: int = 2                          # group-commit writer threads (database connections)
-    gil_switch_interval_s: float = 0.0005            # sys.setswitchinterval for the collector process
     # Per-token rate limit (token bucket, per collector process; 0 disables): sustained requests/s and burst.
     # Generous by default: `fleetprof replay` and a shared '*' agent token send batches back to back.
     rate_limit_per_s: float = 100.0
