@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -169,24 +171,32 @@ def cli_env(server_settings):
     return env
 
 
-@pytest.fixture
-def live_server(cli_env, tmp_path):
-    """A real `fleetprof server` process (uvicorn) on a free port; yields its base URL."""
+@contextmanager
+def server_process(env: dict[str, str], log_path: Path, *args: str) -> Iterator[str]:
+    """A real `fleetprof server` process (uvicorn) on a free port with `env`; yields its base URL. Its stdout and
+    stderr go to `log_path`."""
     import subprocess
     import sys
 
     port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "fleetprof.cli", "server", "--port", str(port)], env=cli_env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/healthz")
-        yield url
-    finally:
-        proc.terminate()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "fleetprof.cli", "server", "--port", str(port), *args],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            wait_http(url + "/healthz")
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture
+def live_server(cli_env, tmp_path):
+    """A real `fleetprof server` on this test session's Postgres; yields its base URL."""
+    with server_process(cli_env, tmp_path / "server.log") as url:
+        yield url
