@@ -93,5 +93,5 @@ def storage_maintenance() -> int:
     factory = session_factory()
     now = time.time()
     with session_scope(factory) as session:
-        precreate(session.get_bind(), now=now)
+        precreate(session, now=now)
         return len(apply_retention(session, now=now, raw_retention_days=get_settings().raw_retention_days))

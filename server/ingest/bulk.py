@@ -48,7 +48,7 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
     if is_postgres(session):
         if table.name in PARTITIONED_TABLES:
             days = {day_of(t) for t in columns[list(names).index("ts")]}  # type: ignore[arg-type]
-            PARTITIONS.ensure(session.get_bind(), days, tables=(table.name,))
+            PARTITIONS.ensure(session, days, tables=(table.name,))
         # Each column travels as one typed array literal ('{1.5,null,2}': orjson writes the list, in C) and
         # Postgres zips them with unnest: one set-based statement, no per-value formatting in Python.
         # (COPY from Python-formatted text measured ~9 us per sample of Python time; this ~1.)

@@ -56,13 +56,33 @@ def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[
     return out
 
 
+def _copy_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Postgres: the result as float64 through COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU
+    series is 86,400 rows: building Python tuples for them cost ~10x more)."""
+    import io
+
+    import pandas as pd
+
+    sql = str(stmt.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
+    buf = io.BytesIO()
+    with session.connection().connection.dbapi_connection.cursor() as cur:
+        cur.copy_expert(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", buf)
+    if buf.tell() == 0:
+        return np.empty((0, ncols))
+    buf.seek(0)
+    return pd.read_csv(buf, header=None, dtype=np.float64, na_values=[""], keep_default_na=False).to_numpy()
+
+
 def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
                     columns: tuple[str, ...] = SAMPLE_COLUMNS) -> GpuSeries:
     table = GpuSample.__table__
     stmt = (select(epoch_column(session, table.c.ts), *(table.c[c] for c in columns))
             .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))
-    rows = session.execute(stmt).all()
-    data = np.array(rows, dtype=np.float64) if rows else np.empty((0, len(columns) + 1))
+    if is_postgres(session):
+        data = _copy_rows(session, stmt, len(columns) + 1)
+    else:
+        rows = session.execute(stmt).all()
+        data = np.array(rows, dtype=np.float64) if rows else np.empty((0, len(columns) + 1))
     return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
                      columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source)
 

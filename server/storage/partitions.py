@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Engine, delete, text
+from sqlalchemy import delete, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -51,28 +51,40 @@ class PartitionManager:
         self._known: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
 
-    def ensure(self, engine: Engine, days: Iterable[int], tables: Iterable[str] = PARTITIONED_TABLES) -> int:
-        if engine.dialect.name != "postgresql":
+    def ensure(self, session: Session, days: Iterable[int], tables: Iterable[str] = PARTITIONED_TABLES) -> int:
+        """Create the missing days in the caller's transaction.
+
+        In the caller's transaction, not on a connection of its own: a transaction that already wrote to the
+        table would otherwise wait on itself. CREATE ... PARTITION OF locks the parent until the caller commits
+        (one short group, once per day and table); `lock_timeout` keeps it from queueing behind a long reader
+        and stalling every writer behind it: past it the insert fails and the batch is answered 503 and resent.
+        """
+        if session.get_bind().dialect.name != "postgresql":
             return 0
-        wanted = {(t, d) for t in tables for d in days} - self._known
+        with self._lock:
+            wanted = sorted({(t, d) for t in tables for d in days} - self._known)
         if not wanted:
             return 0
         created = 0
-        with self._lock, engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            # CREATE ... PARTITION OF locks the parent: never queue behind a long reader (and so stall every
-            # other writer behind us). Past the timeout the insert fails, the batch is answered 503 and resent.
-            conn.execute(text(f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
-            for table, day in sorted(wanted - self._known):
-                lo, hi = _bounds(day)
-                try:
-                    conn.execute(text(f"CREATE TABLE IF NOT EXISTS {partition_name(table, day)} PARTITION OF {table} "
-                                      f"FOR VALUES FROM ('{lo}') TO ('{hi}')"))
-                    created += 1
-                except DBAPIError as exc:
-                    # Another collector created it between our check and our CREATE: that is fine.
-                    if "already exists" not in str(exc.orig):
-                        raise
+        session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
+        for table, day in wanted:
+            lo, hi = _bounds(day)
+            savepoint = session.begin_nested()
+            try:
+                session.execute(text(f"CREATE TABLE IF NOT EXISTS {partition_name(table, day)} PARTITION OF {table} "
+                                     f"FOR VALUES FROM ('{lo}') TO ('{hi}')"))
+                savepoint.commit()
+                created += 1
+            except DBAPIError as exc:
+                savepoint.rollback()
+                # Another collector created it between our check and our CREATE: that is fine.
+                if "already exists" not in str(exc.orig):
+                    raise
+            with self._lock:
+                # If the caller's transaction rolls back, so does the partition: whoever then fails to insert
+                # calls forget() and the next attempt creates it again.
                 self._known.add((table, day))
+        session.execute(text("SET LOCAL lock_timeout = DEFAULT"))
         if created:
             log.info("created %d daily partition(s)", created)
         return created
@@ -86,9 +98,9 @@ class PartitionManager:
 PARTITIONS = PartitionManager()
 
 
-def precreate(engine: Engine, *, now: float, days_ahead: int = PRECREATE_DAYS) -> int:
+def precreate(session: Session, *, now: float, days_ahead: int = PRECREATE_DAYS) -> int:
     today = day_of(now)
-    return PARTITIONS.ensure(engine, range(today, today + days_ahead + 1))
+    return PARTITIONS.ensure(session, range(today, today + days_ahead + 1))
 
 
 def list_partitions(session: Session, table: str) -> list[tuple[str, int]]:

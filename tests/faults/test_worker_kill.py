@@ -58,11 +58,12 @@ def final_report(database_url: str, job_id: str, *, after: float = 0.0) -> tuple
 
 def _ensure_partitions(engine, start: float, end: float) -> None:  # type: ignore[no-untyped-def]
     """The raw INSERT below bypasses ingest, which creates the daily partitions of gpu_samples it needs."""
-    try:
-        from server.storage.partitions import PartitionManager, day_of
-    except ImportError:  # sample tables not partitioned in this version
-        return
-    PartitionManager().ensure(engine, range(day_of(start), day_of(end) + 1))
+    from sqlalchemy.orm import Session
+
+    from server.storage.partitions import PartitionManager, day_of
+
+    with Session(engine) as session, session.begin():
+        PartitionManager().ensure(session, range(day_of(start), day_of(end) + 1))
 
 
 def make_big_job(url: str, operator: str, database_url: str, job_id: str) -> float:
