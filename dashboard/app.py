@@ -39,6 +39,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
                                          "default_scope": default_scope, "timeout_s": timeout_s,
                                          "refresh_s": refresh_s}
     _ensure_dash_context()
+    _install_security_headers(app.server)
     for name in PAGE_MODULES:  # pages: once per process (a global registry); callbacks: once per app
         module = importlib.import_module(f"dashboard.pages.{name}")
         if module.__name__ not in dash.page_registry:
@@ -110,3 +111,22 @@ def _ensure_dash_context() -> None:
         context_value.get()
     except LookupError:
         context_value.set({})
+
+
+# No CORS headers are sent: the dashboard and its callbacks are same-origin only. The token lives in session
+# storage, so the page must not be framed by another origin (clickjacking) nor leak its URL (?token=) as referrer.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _install_security_headers(server) -> None:  # type: ignore[no-untyped-def]
+    @server.after_request
+    def _headers(response):  # type: ignore[no-untyped-def]
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response

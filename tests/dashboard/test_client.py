@@ -52,3 +52,14 @@ def test_unreachable_api_is_status_0() -> None:
     with _client(handler) as c, pytest.raises(ApiError) as err:
         c.nodes()
     assert err.value.status == 0
+
+
+def test_dashboard_sends_security_headers_and_no_cors() -> None:
+    from dashboard.app import create_dash_app
+
+    app = create_dash_app("http://127.0.0.1:9", token=None)  # no API needed to serve the shell
+    r = app.server.test_client().get("/", headers={"Origin": "https://evil.example"})
+    assert r.status_code == 200
+    assert r.headers["X-Frame-Options"] == "DENY" and r.headers["X-Content-Type-Options"] == "nosniff"
+    assert r.headers["Referrer-Policy"] == "no-referrer"
+    assert "Access-Control-Allow-Origin" not in r.headers
