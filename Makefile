@@ -44,7 +44,7 @@ test: install services browser prometheus compose
 	$(BIN)/python -m pytest
 
 test-gpu: install
-	$(BIN)/python -m pytest -m gpu tests/gpu
+	$(BIN)/python -m pytest -m gpu   # opt-in, on a machine with an NVIDIA GPU
 
 bench: install services
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
