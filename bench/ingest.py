@@ -15,7 +15,6 @@ import asyncio
 import gzip
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile

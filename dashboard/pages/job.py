@@ -39,7 +39,7 @@ def layout(job_id: str | None = None, **_: Any) -> html.Div:
 
 def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
     from dashboard import format as fmt
-    from dashboard.components import kpi, section, table
+    from dashboard.components import kpi, table
 
     mem, tm, ut = report.get("memory") or {}, report.get("time") or {}, report.get("utilization") or {}
     src = report.get("sources") or {}

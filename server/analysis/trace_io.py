@@ -102,7 +102,7 @@ def read_header(stream: IO[bytes]) -> tuple[dict[str, Any], bool]:
 
     Stops reading at the `traceEvents` key, so it costs only the header. Kineto writes
     `schemaVersion`, `deviceProperties` and `distributedInfo` there; what it writes after the events
-    (`traceName`, `displayTimeUnit`, `baseTimeNanoseconds`) needs `read_metadata`.
+    (`traceName`, `displayTimeUnit`, `baseTimeNanoseconds`) is not read: it would cost a second full pass.
     """
     meta: dict[str, Any] = {}
     try:
@@ -119,55 +119,18 @@ def read_header(stream: IO[bytes]) -> tuple[dict[str, Any], bool]:
     return meta, False
 
 
-def read_metadata(stream: IO[bytes]) -> dict[str, Any]:
-    """Top-level keys other than `traceEvents` (distributedInfo, deviceProperties, schemaVersion...).
-
-    Streams the whole file once; events are skipped token by token, never built, so memory stays
-    bounded by the largest metadata value.
-    """
-    meta: dict[str, Any] = {}
-    try:
-        parser = ijson.parse(stream, use_float=True)
-        first = next(parser, None)
-        if first is None or first[1] != "start_map":
-            raise TraceFormatError("a Kineto trace is a JSON object; this is not one")
-        for key, value in _top_level_values(parser, skip=EVENTS_KEY):
-            if key != EVENTS_KEY:
-                meta[key] = value
-    except _READ_ERRORS as exc:
-        raise TraceFormatError(f"unreadable trace: {exc.__class__.__name__}: {exc}") from exc
-    return meta
-
-
-_SKIPPED = object()
-
-
-def _top_level_values(parser: Iterator[tuple[str, str, Any]], skip: str | None = None) -> Iterator[tuple[str, Any]]:
-    """(key, value) for each top-level key, from an ijson.parse stream already past the opening `{`.
-
-    The key is yielded as soon as it is seen with a placeholder for `EVENTS_KEY` when the caller stops
-    there (read_header); the `skip` key's value is consumed token by token and yielded as `_SKIPPED`.
-    """
+def _top_level_values(parser: Iterator[tuple[str, str, Any]]) -> Iterator[tuple[str, Any]]:
+    """(key, value) for each top-level key before `traceEvents`, from an ijson.parse stream already past the
+    opening `{`. `traceEvents` itself is yielded with no value: the caller stops there, nothing is built."""
     for prefix, event, value in parser:
         if event == "end_map" and prefix == "":
             return
         if event != "map_key" or prefix != "":
             continue
         key = value
-        if key == EVENTS_KEY and skip != EVENTS_KEY:
-            yield key, _SKIPPED
+        if key == EVENTS_KEY:
+            yield key, None
             return
-        if key == skip:
-            depth = 0
-            for _, ev, _ in parser:
-                if ev in ("start_map", "start_array"):
-                    depth += 1
-                elif ev in ("end_map", "end_array"):
-                    depth -= 1
-                if depth == 0:
-                    break
-            yield key, _SKIPPED
-            continue
         builder = ijson.ObjectBuilder()
         depth = 0
         for _, ev, val in parser:
