@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
@@ -51,8 +51,20 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Postgres' to_timestamp(float8) shifts to its 2000 epoch before scaling to microseconds; Python's own
+# fromtimestamp scales first. The two can round one float to different microseconds, which put a sample stored
+# through SQL 1 us outside a window computed in Python. Every conversion here uses Postgres' rule.
+_PG_EPOCH_S = 946_684_800
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def epoch_us(ts: float) -> int:
+    """Integer microseconds since 1970, rounded exactly as Postgres' to_timestamp(float8) does."""
+    return round((ts - _PG_EPOCH_S) * 1_000_000) + _PG_EPOCH_S * 1_000_000
+
+
 def from_epoch(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc)
+    return None if ts is None else _UNIX_EPOCH + timedelta(microseconds=epoch_us(ts))
 
 
 def to_epoch(dt: datetime | None) -> float | None:

@@ -18,6 +18,7 @@ import threading
 
 import httpx
 
+from server.models.base import epoch_us
 from tests.conftest import REPO_ROOT, free_port, wait_http
 from tests.server.helpers import gz, sample_batch
 
@@ -225,13 +226,11 @@ def ledger(database_url: str) -> dict[tuple[str, int], int]:
     return {(src, int(seq)): int(n) for src, seq, n in rows}
 
 
-_PG_EPOCH_S = 946_684_800  # 2000-01-01, Postgres' own epoch
 
 
 def us(ts: float) -> int:
-    """Integer microseconds since 1970 exactly as Postgres' to_timestamp(float8) rounds them (it shifts to its
-    2000 epoch before scaling, so a plain round(ts * 1e6) differs by 1 us for some values)."""
-    return round((ts - _PG_EPOCH_S) * 1_000_000) + _PG_EPOCH_S * 1_000_000
+    """Integer microseconds since 1970 exactly as Postgres' to_timestamp(float8) rounds them."""
+    return epoch_us(ts)
 
 
 @dataclass
