@@ -1,4 +1,4 @@
-"""Jobs: register/update, list, get, report, timeseries."""
+"""Jobs: register/update, list, get, compare, report, timeseries, right-sizing."""
 
 from __future__ import annotations
 
@@ -11,19 +11,21 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
 from agent.protocol import SAMPLE_FIELDS
+from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
 from server.jobs import report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
-from server.jobs.schemas import JobAck, JobCreate, JobList, JobRead, JobState
+from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
 from server.models.base import from_epoch
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 JOB_NOT_FOUND = {404: {"description": "no such job, or not visible to this token"}}
 TIMESERIES_METRICS = tuple(name for name, _ in SAMPLE_FIELDS)
+COMPARE_MIN, COMPARE_MAX = 2, 20
 
 
 def _unit(metric: str) -> str | None:
@@ -67,6 +69,33 @@ def list_jobs(principal: JobReaderAuth, session: SessionDep, team: str | None = 
     now = time.time()
     return JobList(items=[job_service.to_read(j, uuids[j.id], now=now) for j in jobs], total=total, limit=limit,
                    offset=offset)
+
+
+def parse_compare_ids(ids: str) -> list[str]:
+    """`a,b,c` -> ["a", "b", "c"]: 2 to 20 distinct, non-empty ids (InvalidInput says what is wrong)."""
+    parts = [p.strip() for p in ids.split(",")]
+    if any(not p for p in parts):
+        raise InvalidInput("ids: an empty job id (write ids=a,b,c)")
+    if not COMPARE_MIN <= len(parts) <= COMPARE_MAX:
+        raise InvalidInput(f"ids: compare {COMPARE_MIN} to {COMPARE_MAX} jobs, not {len(parts)}")
+    dupes = sorted({p for p in parts if parts.count(p) > 1})
+    if dupes:
+        raise InvalidInput(f"ids: {', '.join(repr(d) for d in dupes)} named more than once")
+    return parts
+
+
+# Declared before /{job_id}: that route would otherwise take "compare" for a job id.
+@router.get("/compare", response_model=CompareOut, responses={**JOB_NOT_FOUND, 422: {}},
+            summary="Compare runs (GPU types, counts, frameworks, batch sizes) against the first id's run")
+def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+                 ids: str = Query(..., max_length=20 * 201,
+                                  description="2 to 20 comma-separated job ids; the first is the baseline"),
+                 ) -> dict[str, Any]:
+    jobs = job_service.get_visible_jobs(session, job_ids=parse_compare_ids(ids), principal=principal)
+    runs = [({"job_id": j.job_id, "name": j.name, "team": j.team, "framework": j.framework,
+              "batch_size": j.batch_size, "state": j.state}, report_service.get_report(session, j, settings))
+            for j in jobs]
+    return compare_runs(runs)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=JOB_NOT_FOUND, summary="A job's metadata and state")

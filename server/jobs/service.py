@@ -32,6 +32,18 @@ def get_visible_job(session: Session, *, job_id: str, principal: Principal) -> J
     return job
 
 
+def get_visible_jobs(session: Session, *, job_ids: list[str], principal: Principal) -> list[Job]:
+    """The jobs in the order asked; NotFound naming every id that does not exist or is another team's (the
+    single-job rule: the two are indistinguishable)."""
+    found = {j.job_id: j for j in session.scalars(select(Job).where(Job.job_id.in_(job_ids)))}
+    missing = [i for i in job_ids if i not in found or not principal.can_see_team(found[i].team)]
+    if len(missing) == 1:
+        raise _not_found(missing[0])
+    if missing:
+        raise NotFound(f"jobs {', '.join(repr(i) for i in missing)} not found")
+    return [found[i] for i in job_ids]
+
+
 def get_writable_job(session: Session, *, job_id: str, principal: Principal) -> Job:
     """The job a framework-event or trace writer may write to; created (running) if it does not exist yet."""
     job = find_job(session, job_id)

@@ -20,6 +20,7 @@ from tests.server.helpers import auth, sample_batch
 SCOPES = ("none", "bad", "agent", "team_a", "team_b", "scheduler", "operator")
 TEAM_OF = {"team_a": "alpha", "team_b": "beta"}
 JOB_OF = {"alpha": "job-alpha", "beta": "job-beta"}
+RERUN_OF = {"alpha": "job-alpha-2", "beta": "job-beta-2"}  # a second run per team, for GET /jobs/compare
 # Strings that exist only in one team's job: a response to the other team carrying one is a leak.
 MARKER = {"alpha": "alpha-confidential-7f3a", "beta": "beta-confidential-c91e"}
 NODE, OTHER_NODE = "node-x", "node-y"
@@ -47,6 +48,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/ingest/events"): Rule(("agent", "team"), team_bound=True),
     ("POST", "/api/v1/jobs"): Rule(("team", "agent"), team_bound=True),
     ("GET", "/api/v1/jobs"): Rule(JOB_READ),
+    ("GET", "/api/v1/jobs/compare"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/report"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/timeseries"): Rule(JOB_READ, team_bound=True),
@@ -55,6 +57,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True),
     ("POST", "/api/v1/estimate"): Rule(("scheduler", "team")),
     ("GET", "/api/v1/fleet/summary"): Rule(()),
+    ("GET", "/api/v1/fleet/rollups"): Rule(()),
     ("GET", "/api/v1/fleet/timeline"): Rule(()),
     ("GET", "/api/v1/fleet/headroom"): Rule(()),
     ("GET", "/api/v1/nodes"): Rule(()),
@@ -103,6 +106,9 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
         out.append(Call(method, template))
         out.append(Call(method, template, params={"team": "beta"}))
         out.append(Call(method, template, params={"team": "alpha"}))
+    elif template == "/api/v1/jobs/compare":
+        for team in teams:
+            out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))
     elif "{job_id}" in template:
         for team in teams:
             path = template.replace("{job_id}", JOB_OF[team])
@@ -153,6 +159,10 @@ def seeded(api, make_token):
             "started_at": now - 120, "metadata": {"secret": MARKER[team]}})
         assert r.status_code == 200, r.text
         r = api.post(f"/api/v1/jobs/{JOB_OF[team]}/traces", content=KINETO, headers=auth(tokens[scope]))
+        assert r.status_code == 200, r.text
+        r = api.post("/api/v1/jobs", headers=auth(tokens[scope]), json={
+            "job_id": RERUN_OF[team], "team": team, "name": MARKER[team], "node": NODE, "state": "finished",
+            "gpu_uuids": [f"GPU-{NODE}-{0 if team == 'alpha' else 1}"], "started_at": now - 120, "ended_at": now - 60})
         assert r.status_code == 200, r.text
     tokens["bad"] = "fp_" + "x" * 43
     return tokens
@@ -207,7 +217,7 @@ def test_team_listing_shows_only_its_own_jobs(api, seeded):
             assert {j["team"] for j in body["items"]} <= {team}, (scope, params, body)
             assert body["total"] == len(body["items"])
     both = api.get("/api/v1/jobs", headers=auth(seeded["scheduler"])).json()
-    assert {j["job_id"] for j in both["items"]} == set(JOB_OF.values())
+    assert {j["job_id"] for j in both["items"]} == set(JOB_OF.values()) | set(RERUN_OF.values())
 
 
 def test_an_agent_cannot_move_a_job_to_another_team(api, seeded):
