@@ -1,4 +1,5 @@
-"""Fleet analytics: hourly rollups per GPU and the fleet summary built from them.
+"""Fleet analytics: hourly rollups per GPU (and per job on a GPU), the figures of groups of rollup rows (a node, a
+team), and the fleet summary built from them.
 
 Time accounting is sample-and-hold: a sample stands for the time until the next one. A gap longer than
 `max_gap_s` (the agent was away) counts only one typical interval, so an outage is not booked as busy or
@@ -7,7 +8,8 @@ idle time; the last sample of a series also counts one typical interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ from server.analysis.memory import used_peak_series
 HOUR_S = 3600.0
 ROLLUP_FIELDS = ("hour_start", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",
                  "memory_peak_bytes", "util_mean_pct")
+ENERGY_SOURCE = "energy_source"  # per hour: where its energy came from (an object column beside the fields)
 
 
 def sample_durations(ts: np.ndarray, *, max_gap_s: float | None = None) -> np.ndarray:
@@ -35,67 +38,153 @@ def sample_durations(ts: np.ndarray, *, max_gap_s: float | None = None) -> np.nd
     return np.concatenate([dt, [typical]])
 
 
-def hourly_rollup(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
-                  memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
-                  energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
-                  hour_s: float = HOUR_S) -> dict[str, np.ndarray]:
-    """Rollup of one GPU's series into hour buckets (by the sample's own hour). Arrays aligned per hour.
+@dataclass
+class SampleTerms:
+    """Per-sample quantities of one GPU's series that every hourly figure is a (weighted) sum of."""
 
-    busy_s: time with utilization at or above IDLE_UTIL_PCT; util_busy_s: time × utilization (the
-    kernel-busy time NVML measures). energy_j: counter deltas else integrated power, NaN where unknown.
-    """
+    hour: np.ndarray  # hour index of each sample: floor(ts / hour_s)
+    hour_s: float
+    dur: np.ndarray  # seconds the sample stands for (sample_durations)
+    util: np.ndarray  # NaN = unknown
+    mem: np.ndarray  # NaN = unknown
+    energy_j: np.ndarray  # energy of the interval the sample starts; NaN = unknown (and for the last sample)
+    from_counter: np.ndarray  # bool: that interval's energy is a counter delta
+    from_power: np.ndarray  # bool: ... integrated power
+
+
+def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
+                 memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
+                 energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
+                 hour_s: float = HOUR_S) -> SampleTerms:
     ts = np.asarray(ts, dtype=np.float64)
     n = ts.size
-    if n == 0:
-        return {k: np.empty(0) for k in ROLLUP_FIELDS}
     nan = np.full(n, np.nan)
-    util = nan if gpu_util_pct is None else np.asarray(gpu_util_pct, dtype=np.float64)
-    mem = nan if memory_used_bytes is None else np.asarray(memory_used_bytes, dtype=np.float64)
-    dur = sample_durations(ts, max_gap_s=max_gap_s)
+    e = np.full(n, np.nan)
+    from_counter = np.zeros(n, dtype=bool)
+    from_power = np.zeros(n, dtype=bool)
+    if n > 1 and (power_w is not None or energy_counter_j is not None):
+        typical = float(np.median(np.diff(ts)))
+        iv = interval_energy(ts, nan if energy_counter_j is None else energy_counter_j,
+                             nan if power_w is None else power_w,
+                             max_power_gap_s=max_gap_s if max_gap_s is not None else 5.0 * typical)
+        # Energy per interval, attributed to the interval's start sample (and so to its hour).
+        e[:-1] = iv.energy_j
+        from_counter[:-1] = iv.from_counter
+        from_power[:-1] = iv.from_power
+    return SampleTerms(
+        hour=np.floor(ts / hour_s), hour_s=hour_s, dur=sample_durations(ts, max_gap_s=max_gap_s),
+        util=nan if gpu_util_pct is None else np.asarray(gpu_util_pct, dtype=np.float64),
+        mem=nan if memory_used_bytes is None else np.asarray(memory_used_bytes, dtype=np.float64),
+        energy_j=e, from_counter=from_counter, from_power=from_power)
 
-    hour = np.floor(ts / hour_s)
+
+def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The ROLLUP_FIELDS per hour (plus `energy_source`) of the samples with a positive `weight`, each sample
+    counting `weight` of itself (1 when None): the one definition of every hourly figure.
+
+    busy_s: time with utilization at or above IDLE_UTIL_PCT; util_busy_s: time × utilization (the
+    kernel-busy time NVML measures); util_mean_pct: the sample mean. energy_j: counter deltas else
+    integrated power, NaN where unknown; energy_source: "hardware_counter", "integrated_power", "mixed" or None.
+    memory_peak_bytes: the largest sample (a fraction of a sample is still that sample's memory).
+    """
+    n = t.hour.size
+    w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
+    idx = np.flatnonzero(w > 0)
+    if idx.size == 0:
+        out = {k: np.empty(0) for k in ROLLUP_FIELDS}
+        out[ENERGY_SOURCE] = np.empty(0, dtype=object)
+        return out
+    w = w[idx]
+    hour = t.hour[idx]
     starts = np.concatenate([[0], np.flatnonzero(np.diff(hour)) + 1])
 
     def rsum(x: np.ndarray) -> np.ndarray:
         return np.add.reduceat(x, starts)
 
+    def rany(x: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(x.astype(np.int8), starts) > 0
+
+    util, dur = t.util[idx], t.dur[idx]
     util_known = ~np.isnan(util)
     with np.errstate(invalid="ignore"):
         busy = (util >= IDLE_UTIL_PCT) & util_known
     u0 = np.where(util_known, util, 0.0)
-    n_util = rsum(util_known.astype(np.float64))
+    n_util = rsum(w * util_known)
+    has_util = n_util > 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        util_mean = np.where(n_util > 0, rsum(u0) / np.maximum(n_util, 1), np.nan)
+        util_mean = np.where(has_util, rsum(w * u0) / np.where(has_util, n_util, 1.0), np.nan)
 
-    # Energy per interval, attributed to the hour of the interval's start sample.
-    e = np.full(n, np.nan)
-    if power_w is not None or energy_counter_j is not None:
-        typical = float(np.median(np.diff(ts))) if n > 1 else 0.0
-        iv = interval_energy(ts, nan if energy_counter_j is None else energy_counter_j,
-                             nan if power_w is None else power_w,
-                             max_power_gap_s=max_gap_s if max_gap_s is not None else 5.0 * typical)
-        e[:-1] = iv.energy_j
+    e = t.energy_j[idx]
     e_known = ~np.isnan(e)
-    energy = np.where(rsum(e_known.astype(np.float64)) > 0, rsum(np.where(e_known, e, 0.0)), np.nan)
+    energy = np.where(rsum(w * e_known) > 0, rsum(np.where(e_known, w * e, 0.0)), np.nan)
+    counter, power = rany(t.from_counter[idx]), rany(t.from_power[idx])
+    source = np.array([("mixed" if p else "hardware_counter") if c else ("integrated_power" if p else None)
+                       for c, p in zip(counter, power)], dtype=object)
 
-    mem_f = np.where(np.isnan(mem), -np.inf, mem)
-    mem_peak = np.maximum.reduceat(mem_f, starts)
+    mem = t.mem[idx]
+    mem_peak = np.maximum.reduceat(np.where(np.isnan(mem), -np.inf, mem), starts)
     mem_peak = np.where(np.isinf(mem_peak), np.nan, mem_peak)
 
     return {
-        "hour_start": hour[starts] * hour_s,
-        "samples": np.diff(np.concatenate([starts, [n]])).astype(np.float64),
-        "covered_s": rsum(dur),
-        "busy_s": np.where(n_util > 0, rsum(np.where(busy, dur, 0.0)), np.nan),
-        "util_busy_s": np.where(n_util > 0, rsum(dur * u0 / 100.0), np.nan),
+        "hour_start": hour[starts] * t.hour_s,
+        "samples": rsum(w),
+        "covered_s": rsum(w * dur),
+        "busy_s": np.where(has_util, rsum(np.where(busy, w * dur, 0.0)), np.nan),
+        "util_busy_s": np.where(has_util, rsum(w * dur * u0 / 100.0), np.nan),
         "energy_j": energy,
         "memory_peak_bytes": mem_peak,
         "util_mean_pct": util_mean,
+        ENERGY_SOURCE: source,
     }
 
 
+def hourly_rollup(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
+                  memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
+                  energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
+                  hour_s: float = HOUR_S) -> dict[str, np.ndarray]:
+    """Rollup of one GPU's series into hour buckets (by the sample's own hour). Arrays aligned per hour;
+    see reduce_hours for the fields."""
+    return reduce_hours(sample_terms(ts, gpu_util_pct=gpu_util_pct, memory_used_bytes=memory_used_bytes,
+                                     power_w=power_w, energy_counter_j=energy_counter_j, max_gap_s=max_gap_s,
+                                     hour_s=hour_s))
+
+
+def attribution_weights(ts: np.ndarray, windows: Sequence[tuple[Hashable, float, float]]
+                        ) -> tuple[list[Hashable | None], np.ndarray]:
+    """Which job each sample of one GPU belongs to, from the job↔GPU windows (key, start, end), both ends
+    included (as a job's report loads its samples).
+
+    Returns (keys, weights): weights[k] is the share of each sample that goes to keys[k]; the last key is None,
+    the time of no job. A sample inside m jobs' windows (jobs sharing a GPU) counts 1/m to each, so the shares
+    of every sample add up to 1 and attributed time never exceeds the GPU's own.
+    """
+    ts = np.asarray(ts, dtype=np.float64)
+    masks: dict[Hashable, np.ndarray] = {}
+    for key, start, end in windows:
+        inside = (ts >= start) & (ts <= end)
+        masks[key] = masks[key] | inside if key in masks else inside
+    keys: list[Hashable | None] = list(masks)
+    count = np.sum([m for m in masks.values()], axis=0) if masks else np.zeros(ts.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = [np.where(m, 1.0 / np.maximum(count, 1), 0.0) for m in masks.values()]
+    keys.append(None)
+    shares.append((count == 0).astype(np.float64))
+    return keys, np.array(shares).reshape(len(keys), ts.size)
+
+
+def attributed_rollup(terms: SampleTerms, keys: Sequence[Hashable | None], weights: np.ndarray) -> dict[str, Any]:
+    """reduce_hours once per key (attribution_weights), as one table with a `key` column (object): a key's
+    rows are the hours it has samples in."""
+    parts = [(k, reduce_hours(terms, w)) for k, w in zip(keys, weights)]
+    out: dict[str, Any] = {f: np.concatenate([p[f] for _, p in parts]) if parts else np.empty(0)
+                           for f in (*ROLLUP_FIELDS, ENERGY_SOURCE)}
+    out["key"] = np.array([k for k, p in parts for _ in range(p["hour_start"].size)], dtype=object)
+    return out
+
+
 def rollup_gpus(gpus: Iterable[GpuSeries], *, max_gap_s: float | None = None) -> dict[str, Any]:
-    """Hourly rollups of several GPUs as one table: the ROLLUP_FIELDS arrays plus `gpu_uuid` (object)."""
+    """Hourly rollups of several GPUs as one table: the ROLLUP_FIELDS arrays plus `energy_source` and
+    `gpu_uuid` (object)."""
     parts: list[dict[str, np.ndarray]] = []
     uuids: list[np.ndarray] = []
     for g in gpus:
@@ -105,7 +194,7 @@ def rollup_gpus(gpus: Iterable[GpuSeries], *, max_gap_s: float | None = None) ->
         parts.append(r)
         uuids.append(np.full(r["hour_start"].size, g.uuid, dtype=object))
     out: dict[str, Any] = {k: (np.concatenate([p[k] for p in parts]) if parts else np.empty(0))
-                           for k in ROLLUP_FIELDS}
+                           for k in (*ROLLUP_FIELDS, ENERGY_SOURCE)}
     out["gpu_uuid"] = np.concatenate(uuids) if uuids else np.empty(0, dtype=object)
     return out
 
@@ -129,6 +218,37 @@ def job_fleet_row(report: Mapping[str, Any]) -> dict[str, Any]:
         "memory_stranded_bytes": sum(stranded) if stranded else None,
         "energy_j": (report.get("energy") or {}).get("energy_j"),
         "idle_energy_j": (report.get("energy") or {}).get("idle_energy_j"),
+    }
+
+
+# Where a group's energy came from, as GPU-hours per source: "unknown" = no energy for that time, "unrecorded" =
+# energy from rollups written before the source was recorded.
+ENERGY_SOURCES = ("hardware_counter", "integrated_power", "mixed", "unknown", "unrecorded")
+
+
+def group_figures(*, covered_s: float, busy_s: float | None, util_busy_s: float | None, energy_j: float | None,
+                  memory_peak_bytes: float | None, util_mean_weighted: float | None, util_covered_s: float | None,
+                  energy_source_s: Mapping[str, float | None]) -> dict[str, Any]:
+    """The figures of a group of hourly rollup rows (the GPUs of a node in an hour, a team's shares of GPUs in
+    an hour...) from the sums over its rows: covered_s, busy_s, util_busy_s and energy_j summed over the rows
+    that know them (None when none does), memory_peak_bytes the largest row's, util_mean_weighted = Σ
+    util_mean_pct × covered_s and util_covered_s = Σ covered_s over the rows with a mean utilization,
+    energy_source_s = covered_s per ENERGY_SOURCES entry.
+
+    Mean utilization is time-weighted over the group's rows (within a row it is the sample mean), so a GPU
+    seen for a minute does not weigh as much as one seen all hour.
+    """
+    gpu_hours = covered_s / HOUR_S
+    return {
+        "gpu_hours": gpu_hours,
+        "busy_gpu_hours": None if busy_s is None else busy_s / HOUR_S,
+        "busy_fraction": busy_s / covered_s if (busy_s is not None and covered_s > 0) else None,
+        "util_weighted_gpu_hours": None if util_busy_s is None else util_busy_s / HOUR_S,
+        "util_mean_pct": util_mean_weighted / util_covered_s
+        if (util_mean_weighted is not None and util_covered_s) else None,
+        "energy_j": energy_j,
+        "energy_source_gpu_hours": {k: (energy_source_s.get(k) or 0.0) / HOUR_S for k in ENERGY_SOURCES},
+        "memory_used_max_bytes": None if memory_peak_bytes is None else int(memory_peak_bytes),
     }
 
 

@@ -1,10 +1,10 @@
-"""GET /api/v1/fleet/summary (operators)."""
+"""GET /api/v1/fleet/summary and /api/v1/fleet/rollups (operators)."""
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 
@@ -32,3 +32,12 @@ def parse_window(window: str) -> float:
 def fleet_summary(_: OperatorAuth, session: SessionDep,
                   window: str = Query("24h", description="e.g. 30m, 24h, 7d")) -> dict[str, Any]:
     return fleet_service.summary(session, window_s=parse_window(window), now=time.time())
+
+
+@router.get("/rollups", summary="Hourly GPU-hours, busy time, utilization, energy and peak memory per GPU, node or team")
+def fleet_rollups(_: OperatorAuth, session: SessionDep,
+                  by: Literal["gpu", "node", "team"] = Query("gpu", description="one row per hour and this key"),
+                  window: str = Query("24h", description="hours starting in the last 30m, 24h, 7d..."),
+                  limit: int = Query(5000, ge=1, le=100_000), offset: int = Query(0, ge=0)) -> dict[str, Any]:
+    return fleet_service.rollup_rows(session, by=by, window_s=parse_window(window), now=time.time(), limit=limit,
+                                     offset=offset)

@@ -1,7 +1,9 @@
 """Fleet rollups and the fleet summary. The definitions live in server.analysis.fleet (pure, validated on real
 cluster series); this module only moves data between Postgres and those functions.
 
-- `rollup_hours`: raw samples of the touched hours -> `hourly_rollup` per GPU -> `gpu_hourly` (replaced).
+- `rollup_hours`: raw samples of the touched hours -> per GPU, `reduce_hours` -> `gpu_hourly`, and the same
+  split by the job↔GPU windows (`attributed_rollup`) -> `gpu_job_hourly` (both replaced).
+- `rollup_rows`: hourly rows per GPU, node (`gpu_hourly`) or team (`gpu_job_hourly`), summed in SQL.
 - `summary`: `gpu_hourly` summed per GPU in SQL (so 10,000 GPUs x 24 h is one GROUP BY, not 240,000 rows in
   Python), latest utilization per GPU, and per-job rows from cached reports -> `fleet_summary`.
 """
@@ -9,26 +11,73 @@ cluster series); this module only moves data between Postgres and those function
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, delete, func, select
+from sqlalchemy import and_, case, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from server.analysis.fleet import ROLLUP_FIELDS, fleet_summary, hourly_rollup, job_fleet_row
+from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
+                                   attribution_weights, fleet_summary, group_figures, job_fleet_row, reduce_hours,
+                                   sample_terms)
+from server.db import is_postgres
 from server.ingest.bulk import insert_ignore
-from server.jobs.report_service import epoch_column
-from server.models import Gpu, GpuHourly, GpuSample, Job, Node, Report
+from server.jobs.report_service import epoch_column, link_window
+from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report
 from server.models.base import from_epoch
 
 HOUR_S = 3600.0
 CURRENT_WINDOW_S = 300.0  # a GPU's "now" is its latest sample within this window
 # One interval past the end is read so that the last interval of the last hour has its closing sample.
 LOOKAHEAD_S = 120.0
+ROLLUP_LOCK_KEY = 0x666C7072_6F6C6C  # "flproll": the transaction-level advisory lock of rollup_hours
 
 
-def rollup_hours(session: Session, *, since: float, until: float) -> int:
-    """(Re)compute gpu_hourly for the hours in [floor(since), ceil(until)). Idempotent."""
+def _job_windows(session: Session, *, since: float, until: float, now: float) -> dict[int, list[tuple[int, float, float]]]:
+    """gpu_id -> [(job_pk, start, end)]: the job↔GPU windows (report_service.link_window) overlapping
+    [since, until], as epoch seconds."""
+    rows = session.execute(
+        select(JobGpu, Job).join(Job, Job.id == JobGpu.job_pk)
+        .where(or_(Job.ended_at.is_(None), Job.ended_at >= from_epoch(since)),
+               or_(Job.started_at.is_(None), Job.started_at <= from_epoch(until)))
+    ).all()
+    now_dt = from_epoch(now)
+    assert now_dt is not None
+    out: dict[int, list[tuple[int, float, float]]] = defaultdict(list)
+    for link, job in rows:
+        window = link_window(job, link, now=now_dt)
+        if window is None:
+            continue
+        start, end = window[0].timestamp(), window[1].timestamp()
+        if end >= since and start <= until:
+            out[link.gpu_id].append((job.id, start, end))
+    return out
+
+
+def _append_rows(columns: dict[str, list[Any]], r: dict[str, Any], keep: np.ndarray,
+                 integer_fields: frozenset[str]) -> None:
+    """Rows `keep` of a rollup table onto column lists, NaN as None (the database's null)."""
+    for field, values in columns.items():
+        if field not in r:
+            continue
+        kept = r[field][keep]
+        if r[field].dtype == object:
+            values.extend(kept.tolist())
+        elif field in integer_fields:
+            values.extend(None if np.isnan(v) else int(v) for v in kept)
+        else:
+            values.extend(None if np.isnan(v) else float(v) for v in kept)
+
+
+def rollup_hours(session: Session, *, since: float, until: float, now: float | None = None) -> int:
+    """(Re)compute gpu_hourly and gpu_job_hourly for the hours in [floor(since), ceil(until)). Idempotent.
+    `now`: where the window of a job still running ends (default: the clock)."""
+    now = time.time() if now is None else now
+    if is_postgres(session):
+        # One rollup at a time: gpu_job_hourly has no natural key to de-duplicate on, so two overlapping runs
+        # (a beat tick while a retry still runs) must not both insert after both deleted.
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROLLUP_LOCK_KEY})
     h0 = since - since % HOUR_S
     h1 = until - until % HOUR_S + HOUR_S
     t = GpuSample.__table__
@@ -37,28 +86,35 @@ def rollup_hours(session: Session, *, since: float, until: float) -> int:
                func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j)
         .where(t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts)
     ).all()
-    session.execute(delete(GpuHourly).where(GpuHourly.hour >= from_epoch(h0), GpuHourly.hour < from_epoch(h1)))
+    for table in (GpuHourly, GpuJobHourly):
+        session.execute(delete(table).where(table.hour >= from_epoch(h0), table.hour < from_epoch(h1)))
     if not rows:
         return 0
+    windows = _job_windows(session, since=h0, until=h1 + LOOKAHEAD_S, now=now)
+    fields = [*ROLLUP_FIELDS, ENERGY_SOURCE]
+    per_gpu: dict[str, list[Any]] = {"gpu_id": [], **{f: [] for f in fields}}
+    per_job: dict[str, list[Any]] = {"gpu_id": [], "key": [], **{f: [] for f in fields}}
     a = np.array(rows, dtype=np.float64)
-    names = ["gpu_id", "hour", *ROLLUP_FIELDS[1:]]
-    columns: list[list[Any]] = [[] for _ in names]
     bounds = np.flatnonzero(np.diff(a[:, 0])) + 1
     for part in np.split(a, bounds):
-        r = hourly_rollup(part[:, 1], gpu_util_pct=part[:, 2], memory_used_bytes=part[:, 3], power_w=part[:, 4],
-                          energy_counter_j=part[:, 5])
+        gpu_id = int(part[0, 0])
+        terms = sample_terms(part[:, 1], gpu_util_pct=part[:, 2], memory_used_bytes=part[:, 3], power_w=part[:, 4],
+                             energy_counter_j=part[:, 5])
+        r = reduce_hours(terms)
         keep = (r["hour_start"] >= h0) & (r["hour_start"] < h1)
-        n = int(keep.sum())
-        columns[0].extend([int(part[0, 0])] * n)
-        columns[1].extend(r["hour_start"][keep].tolist())
-        for i, field in enumerate(ROLLUP_FIELDS[1:], start=2):
-            values = r[field][keep]
-            if field in ("samples", "memory_peak_bytes"):
-                columns[i].extend(None if np.isnan(v) else int(v) for v in values)
-            else:
-                columns[i].extend(None if np.isnan(v) else float(v) for v in values)
-    db_names = [{"hour_start": "hour"}.get(n, n) for n in names]
-    return insert_ignore(session, GpuHourly.__table__, db_names, columns, time_columns=frozenset({"hour"}))
+        per_gpu["gpu_id"].extend([gpu_id] * int(keep.sum()))
+        _append_rows(per_gpu, r, keep, frozenset({"samples", "memory_peak_bytes"}))
+        keys, weights = attribution_weights(part[:, 1], windows.get(gpu_id, ()))
+        j = attributed_rollup(terms, keys, weights)
+        keep = (j["hour_start"] >= h0) & (j["hour_start"] < h1)
+        per_job["gpu_id"].extend([gpu_id] * int(keep.sum()))
+        _append_rows(per_job, j, keep, frozenset({"memory_peak_bytes"}))
+    hour = frozenset({"hour"})
+    rename = {"hour_start": "hour", "key": "job_pk"}
+    insert_ignore(session, GpuJobHourly.__table__, [rename.get(n, n) for n in per_job], list(per_job.values()),
+                  time_columns=hour)
+    return insert_ignore(session, GpuHourly.__table__, [rename.get(n, n) for n in per_gpu], list(per_gpu.values()),
+                         time_columns=hour)
 
 
 def _latest_util(session: Session, now: float) -> dict[str, float | None]:
@@ -72,15 +128,91 @@ def _latest_util(session: Session, now: float) -> dict[str, float | None]:
     return {f"{node}/{uuid}": util for node, uuid, util in rows}
 
 
+def first_hour(start: float) -> float:
+    """The first hour *starting* in a window that starts at `start` (fleet_summary's and the rollups' rule)."""
+    hour0 = start - start % HOUR_S
+    return hour0 if hour0 >= start else hour0 + HOUR_S
+
+
+ROLLUP_KEYS = ("gpu", "node", "team")
+
+
+def rollup_rows(session: Session, *, by: str, window_s: float, now: float, limit: int, offset: int) -> dict[str, Any]:
+    """Hourly rows per GPU, node or team over the hours starting in [now - window_s, now), summed in SQL and
+    turned into figures by server.analysis.fleet.group_figures.
+
+    gpu and node rows come from `gpu_hourly`; team rows from `gpu_job_hourly` grouped by the job's team, the
+    time outside every job (and of jobs with no team) under team None.
+    """
+    if by not in ROLLUP_KEYS:
+        raise ValueError(by)
+    per_job = by == "team"
+    t = (GpuJobHourly if per_job else GpuHourly).__table__
+    source = func.coalesce(t.c.energy_source, case((t.c.energy_j.is_(None), "unknown"), else_="unrecorded"))
+    util_known = t.c.util_mean_pct.is_not(None)
+    sums = [
+        func.count(func.distinct(t.c.gpu_id)).label("gpus"),
+        func.sum(t.c.covered_s).label("covered_s"),
+        func.sum(t.c.busy_s).label("busy_s"),
+        func.sum(t.c.util_busy_s).label("util_busy_s"),
+        func.sum(t.c.energy_j).label("energy_j"),
+        func.max(t.c.memory_peak_bytes).label("memory_peak_bytes"),
+        func.sum(t.c.util_mean_pct * t.c.covered_s).label("util_mean_weighted"),
+        func.sum(case((util_known, t.c.covered_s))).label("util_covered_s"),
+        *(func.sum(case((source == name, t.c.covered_s))).label(f"src_{name}") for name in ENERGY_SOURCES),
+    ]
+    if by == "gpu":
+        keys = [Node.name.label("node"), Gpu.uuid.label("gpu_uuid"), Gpu.index.label("gpu_index")]
+    elif by == "node":
+        keys = [Node.name.label("node")]
+    else:
+        keys = [Job.team.label("team")]
+        sums.append(func.count(func.distinct(t.c.job_pk)).label("jobs"))
+    stmt = select(t.c.hour, *keys, *sums)
+    if per_job:
+        stmt = stmt.select_from(t).outerjoin(Job, Job.id == t.c.job_pk)
+    else:
+        stmt = stmt.select_from(t).join(Gpu, Gpu.id == t.c.gpu_id).join(Node, Node.id == Gpu.node_id)
+    stmt = (stmt.where(t.c.hour >= from_epoch(first_hour(now - window_s)), t.c.hour < from_epoch(now))
+            .group_by(t.c.hour, *keys))
+    total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    out_rows = []
+    for row in session.execute(stmt.order_by(t.c.hour, *keys).limit(limit).offset(offset)).mappings():
+        ident = {k: row[k] for k in ("node", "gpu_uuid", "gpu_index", "team") if k in row}
+        key = f"{row['node']}/{row['gpu_uuid']}" if by == "gpu" else (row["node"] if by == "node" else row["team"])
+        figures = group_figures(
+            covered_s=row["covered_s"] or 0.0, busy_s=row["busy_s"], util_busy_s=row["util_busy_s"],
+            energy_j=row["energy_j"], memory_peak_bytes=row["memory_peak_bytes"],
+            util_mean_weighted=row["util_mean_weighted"], util_covered_s=row["util_covered_s"],
+            energy_source_s={name: row[f"src_{name}"] for name in ENERGY_SOURCES})
+        extra = {"jobs": row["jobs"]} if per_job else {}
+        out_rows.append({"hour_start": row["hour"].timestamp(), "key": key, **ident, "gpus": row["gpus"], **extra,
+                         **figures})
+    return {
+        "by": by, "window_s": window_s, "generated_at": now, "total": total, "limit": limit, "offset": offset,
+        "rows": out_rows,
+        "sources": {
+            "gpu_hours": "hourly rollups of NVML samples (sample-and-hold time)",
+            "busy_gpu_hours": "time with gpu_util_pct >= idle threshold",
+            "util_mean_pct": "time-weighted mean of the GPUs' hourly sample means of gpu_util_pct",
+            "energy_j": "hardware energy counter deltas, else integrated power; energy_source_gpu_hours says "
+                        "which, per GPU-hour",
+            "memory_used_max_bytes": "largest single-GPU NVML memory used (interval maximum where sent)",
+            **({"team": "job↔GPU windows (job_gpus, the reports' rule); a sample shared by n jobs counts 1/n "
+                        "to each; null: time outside every job, or of jobs without a team"} if per_job else {}),
+        },
+    }
+
+
 def summary(session: Session, *, window_s: float, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     start = now - window_s
-    hour0 = start - start % HOUR_S  # hours *starting* in the window, as fleet_summary counts them
+    hour0 = start - start % HOUR_S
     per_gpu = session.execute(
         select(GpuHourly.gpu_id, func.count(), func.sum(GpuHourly.covered_s), func.sum(GpuHourly.busy_s),
                func.sum(GpuHourly.util_busy_s), func.sum(GpuHourly.energy_j), func.max(GpuHourly.memory_peak_bytes),
                func.sum(GpuHourly.samples))
-        .where(GpuHourly.hour >= from_epoch(hour0 if hour0 >= start else hour0 + HOUR_S))
+        .where(GpuHourly.hour >= from_epoch(first_hour(start)))  # as fleet_summary counts hours
         .group_by(GpuHourly.gpu_id)
     ).all()
     # One pseudo-rollup row per GPU, stamped at the window start: fleet_summary sums these like hour rows.

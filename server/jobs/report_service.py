@@ -39,6 +39,17 @@ def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]
     return (func.julianday(column) - 2440587.5) * 86400.0
 
 
+def link_window(job: Job, link: JobGpu, *, now: datetime) -> tuple[datetime, datetime] | None:
+    """The time a GPU's telemetry belongs to a job (both ends included): from the job's start, else when the
+    agent first saw it on the GPU, to its end, else when last seen once it ended, else now. None when unknown.
+    The one rule for reports and for the per-job/per-team rollups."""
+    start = job.started_at or link.first_seen_at
+    end = job.ended_at or (link.last_seen_at if job.state in TERMINAL_STATES else now)
+    if start is None or end is None:
+        return None
+    return start, end
+
+
 def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[Gpu, datetime, datetime]]:
     """Each GPU of the job with the time window its telemetry belongs to the job."""
     out = []
@@ -46,13 +57,9 @@ def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[
         select(JobGpu, Gpu).join(Gpu, Gpu.id == JobGpu.gpu_id).where(JobGpu.job_pk == job.id).order_by(Gpu.index)
     ).all()
     for link, gpu in links:
-        start = job.started_at or link.first_seen_at
-        end = job.ended_at or (link.last_seen_at if job.state in TERMINAL_STATES else now)
-        if link.source == "process" and job.started_at is None and link.first_seen_at is not None:
-            start = link.first_seen_at
-        if start is None or end is None:
-            continue
-        out.append((gpu, start, end))
+        window = link_window(job, link, now=now)
+        if window is not None:
+            out.append((gpu, *window))
     return out
 
 

@@ -4,6 +4,7 @@ from server.models.api_token import SCOPES, ApiToken
 from server.models.base import Base
 from server.models.framework import JobEvent, JobStep, LayerStat
 from server.models.gpu import Gpu
+from server.models.gpu_job_hourly import GpuJobHourly
 from server.models.gpu_sample import GpuSample
 from server.models.ingest_batch import IngestBatch
 from server.models.job import JOB_STATES, TERMINAL_STATES, Job
@@ -16,5 +17,6 @@ from server.models.trace import Trace
 
 __all__ = [
     "SCOPES", "ApiToken", "Base", "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
-    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "ProcessSample", "Report", "GpuHourly", "Trace",
+    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "ProcessSample", "Report", "GpuHourly", "GpuJobHourly",
+    "Trace",
 ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from server.models.base import Base, UtcDateTime
@@ -22,5 +22,7 @@ class GpuHourly(Base):
     busy_s: Mapped[float | None] = mapped_column(Float)          # time at or above the idle threshold
     util_busy_s: Mapped[float | None] = mapped_column(Float)     # time x utilization: kernel-busy seconds
     energy_j: Mapped[float | None] = mapped_column(Float)
+    # "hardware_counter" | "integrated_power" | "mixed"; null: no energy, or a row written before 0004.
+    energy_source: Mapped[str | None] = mapped_column(String(32))
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     util_mean_pct: Mapped[float | None] = mapped_column(Float)

@@ -5,7 +5,9 @@ import pandas as pd
 import pytest
 
 from server.analysis.characterize import characterize
-from server.analysis.fleet import fleet_summary, hourly_rollup, job_fleet_row, rollup_gpus, sample_durations
+from server.analysis.fleet import (ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup, attribution_weights, fleet_summary,
+                                   group_figures, hourly_rollup, job_fleet_row, reduce_hours, rollup_gpus,
+                                   sample_durations, sample_terms)
 from server.analysis.jobdata import GpuSeries, JobData
 
 from .realdata import capture_series
@@ -93,3 +95,63 @@ def test_stranded_memory_and_wasteful_jobs(shared_data):
     wasted = sorted(rows, key=lambda j: -j["wasted_gpu_hours"])
     assert [j["job_id"] for j in s["most_wasteful_jobs"]] == [j["job_id"] for j in wasted]
     assert s["gpu_hours"] == 0.0 and s["busy_gpu_hours"] is None
+
+
+def test_attribution_shares_add_up_and_split_shared_samples():
+    ts = np.arange(10.0)
+    keys, w = attribution_weights(ts, [("a", 2.0, 5.0), ("b", 4.0, 7.5), ("a", 9.0, 9.0)])
+    assert keys == ["a", "b", None]
+    np.testing.assert_allclose(w.sum(axis=0), 1.0)
+    np.testing.assert_allclose(w[0], [0, 0, 1, 1, 0.5, 0.5, 0, 0, 0, 1])  # both ends count; 4-5 shared
+    np.testing.assert_allclose(w[1], [0, 0, 0, 0, 0.5, 0.5, 1, 1, 0, 0])
+    np.testing.assert_allclose(w[2], [1, 1, 0, 0, 0, 0, 0, 0, 1, 0])
+    keys, w = attribution_weights(ts, [])
+    assert keys == [None] and np.all(w == 1.0)
+
+
+def test_attributed_rollup_splits_a_real_capture_without_losing_anything(shared_data):
+    g = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+    terms = sample_terms(g.ts, gpu_util_pct=g.columns["gpu_util_pct"], power_w=g.columns["power_w"],
+                         memory_used_bytes=g.columns["memory_used_bytes"])
+    whole = reduce_hours(terms)
+    assert set(whole["energy_source"]) == {"integrated_power"}
+    mid = float(g.ts[len(g.ts) // 2])
+    keys, w = attribution_weights(g.ts, [(1, float(g.ts[0]) + 5, mid), (2, mid - 10, float(g.ts[-1]))])
+    parts = attributed_rollup(terms, keys, w)
+    assert set(parts["key"]) == {1, 2, None}
+    for field in ("samples", "covered_s", "busy_s", "util_busy_s", "energy_j"):
+        assert np.nansum(parts[field]) == pytest.approx(np.nansum(whole[field])), field
+    assert np.nanmax(parts["memory_peak_bytes"]) == np.nanmax(whole["memory_peak_bytes"])
+    # A job's figures are those of its samples alone: job 2 holds the end of the load phase.
+    sel = g.ts >= mid - 10
+    shared = (g.ts >= mid - 10) & (g.ts <= mid)
+    j2 = parts["key"] == 2
+    assert parts["samples"][j2].sum() == pytest.approx(sel.sum() - 0.5 * shared.sum())
+    u = g.columns["gpu_util_pct"]
+    share = np.where(shared, 0.5, 1.0)[sel]
+    assert np.nansum(parts["util_mean_pct"][j2] * parts["samples"][j2]) / parts["samples"][j2].sum() == \
+        pytest.approx(np.sum(u[sel] * share) / share.sum())
+
+
+def test_energy_source_per_hour_and_unknown_energy():
+    ts = np.arange(0.0, 7200.0, 60.0)
+    counter = 1000.0 + 0.5 * ts * 300.0
+    counter[ts >= 3600] = np.nan  # second hour: power only
+    r = hourly_rollup(ts, power_w=np.full(ts.size, 300.0), energy_counter_j=counter)
+    assert list(r["energy_source"]) == ["mixed", "integrated_power"]  # the interval across 3600 s uses power
+    r = hourly_rollup(ts, gpu_util_pct=np.full(ts.size, 50.0))
+    assert list(r["energy_source"]) == [None, None] and np.all(np.isnan(r["energy_j"]))
+    assert set(ROLLUP_FIELDS) < set(r)
+
+
+def test_group_figures_from_sums():
+    f = group_figures(covered_s=7200.0, busy_s=3600.0, util_busy_s=1800.0, energy_j=None,
+                      memory_peak_bytes=4.0e10, util_mean_weighted=50.0 * 3600 + 0.0 * 1800, util_covered_s=5400.0,
+                      energy_source_s={"unknown": 7200.0})
+    assert f["gpu_hours"] == 2.0 and f["busy_gpu_hours"] == 1.0 and f["busy_fraction"] == 0.5
+    assert f["util_weighted_gpu_hours"] == 0.5 and f["util_mean_pct"] == pytest.approx(100 / 3)
+    assert f["energy_j"] is None and f["memory_used_max_bytes"] == 40_000_000_000
+    assert set(f["energy_source_gpu_hours"]) == set(ENERGY_SOURCES) and f["energy_source_gpu_hours"]["unknown"] == 2.0
+    f = group_figures(covered_s=0.0, busy_s=None, util_busy_s=None, energy_j=None, memory_peak_bytes=None,
+                      util_mean_weighted=None, util_covered_s=None, energy_source_s={})
+    assert f["busy_gpu_hours"] is None and f["util_mean_pct"] is None and f["busy_fraction"] is None
