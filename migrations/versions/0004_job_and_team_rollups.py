@@ -1,5 +1,6 @@
 """Hourly rollups per job on each GPU (team rollups group them by the job's team); per-GPU rollups record
-where their energy came from.
+where their energy came from; an index for the runs of one recurring job (right-sizing history), which otherwise
+scanned every job of the team.
 
 `gpu_job_hourly` starts empty: the rollup task fills the hours it recomputes (the last two, every 5 minutes);
 older hours have per-GPU and per-node rollups only. Existing `gpu_hourly` rows keep a null energy source
@@ -48,9 +49,11 @@ def upgrade() -> None:
     op.create_index(op.f("ix_gpu_job_hourly_job_pk"), "gpu_job_hourly", ["job_pk"], unique=False)
     with op.batch_alter_table("gpu_hourly") as batch:
         batch.add_column(sa.Column("energy_source", sa.String(length=32), nullable=True))
+    op.create_index("ix_jobs_name_team_started", "jobs", ["name", "team", "started_at"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_name_team_started", table_name="jobs")
     with op.batch_alter_table("gpu_hourly") as batch:
         batch.drop_column("energy_source")
     op.drop_index(op.f("ix_gpu_job_hourly_job_pk"), table_name="gpu_job_hourly")

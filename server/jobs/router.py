@@ -173,7 +173,7 @@ def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, 
                     history: int = Query(50, ge=1, le=500, description="past runs of the same job name to use"),
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
-    if report_service.cached_report(session, job) is None:
+    if not report_service.has_report(session, job):
         report_service.compute_report(session, job, settings)
     runs = report_service.rightsizing_history(session, job, limit=history)
     result = rightsize([r for _, r in runs])

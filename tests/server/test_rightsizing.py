@@ -37,3 +37,37 @@ def test_recurring_job_history_drives_the_recommendation(api, make_token):
     assert kinds and all(rec["reason"] for rec in body["recommendations"])
     assert api.get("/api/v1/jobs/bert-2/rightsizing", headers=auth(other_team)).status_code == 404
     assert api.get("/api/v1/jobs/nope/rightsizing", headers=auth(sched)).status_code == 404
+
+
+def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, db_session):
+    from sqlalchemy import event
+
+    from server.jobs.report_service import InputsCache, rightsizing_history
+    from server.jobs.service import find_job
+
+    op, agent = make_token("operator"), make_token("agent", node="node-a")
+    t0 = time.time() - 86400
+    for i, gib in enumerate((10.0, 12.0)):
+        _run(api, op, agent, f"bert-{i}", i, t0 + 3600 * i, gib)
+    cache = InputsCache()
+    job = find_job(db_session, "bert-1")
+    runs = rightsizing_history(db_session, job, limit=50, cache=cache)
+    assert [(j, r["peak_used_bytes"]) for j, r in runs] == [("bert-0", 10 * 2**30), ("bert-1", 12 * 2**30)]
+    statements: list[str] = []
+
+    def listen(conn, cursor, statement, *_):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    event.listen(db_session.get_bind(), "before_cursor_execute", listen)
+    try:
+        assert rightsizing_history(db_session, job, limit=50, cache=cache) == runs
+        assert len(statements) == 1 and "rightsizing_inputs" not in statements[0]  # no report document read
+    finally:
+        event.remove(db_session.get_bind(), "before_cursor_execute", listen)
+    # bert-0 gets later samples and its report is recomputed: the cache cannot answer with the old one.
+    batch = sample_batch(seq=50, n=10, gpus=1, t0=t0 + 60.5)
+    batch["samples"]["memory_used_bytes"] = [20 * 2**30] * 10
+    assert api.post("/api/v1/ingest/samples", json=batch, headers=auth(agent)).status_code == 200
+    assert api.get("/api/v1/jobs/bert-0/report", params={"refresh": True}, headers=auth(op)).status_code == 200
+    runs = rightsizing_history(db_session, job, limit=50, cache=cache)
+    assert [(j, r["peak_used_bytes"]) for j, r in runs] == [("bert-0", 20 * 2**30), ("bert-1", 12 * 2**30)]
