@@ -46,7 +46,7 @@ def _run(api, *, op: str, writer: str, agent: str, job_id: str, team: str, node:
 def runs(api, make_token):
     op, vision, nlp = make_token("operator"), make_token("team", team="vision"), make_token("team", team="nlp")
     t0 = time.time() - 3600
-    common = dict(op=op, steps=100)
+    common = {"op": op, "steps": 100}
     _run(api, writer=vision, agent=make_token("agent", node="node-h"), job_id="rn-h100", team="vision",
          node="node-h", gpu_name="NVIDIA H100 80GB HBM3", batch=32, wall_s=0.4, power_w=600.0, mem_gib=40.0,
          t0=t0, **common)
