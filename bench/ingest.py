@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +122,35 @@ async def drive(port: int, tokens: dict[str, str], bodies: dict[str, list[bytes]
     return {"wall_s": wall, "latencies": latencies, "acked": sum(acked)}
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _postgres_cpu() -> dict[int, float]:
+    """CPU seconds so far of every Postgres process, by pid."""
+    out = {}
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] and proc.info["name"].startswith("postgres"):
+            try:
+                t = proc.cpu_times()
+                out[proc.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+    return out
+
+
+def _postgres_cpu_s(engine, db: str, before: dict[int, float]) -> float:  # type: ignore[no-untyped-def]
+    """CPU spent since `before` by the backends serving the bench database and by the shared WAL writer,
+    checkpointer and background writer (other databases' backends on this machine are not counted)."""
+    with engine.connect() as conn:
+        pids = set(conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = :db OR backend_type IN "
+            "('walwriter', 'checkpointer', 'background writer')"), {"db": db}).scalars())
+    now = _postgres_cpu()
+    return sum(now[pid] - before.get(pid, 0.0) for pid in pids if pid in now)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=64)
@@ -158,7 +188,19 @@ def main() -> int:
             except httpx.HTTPError:
                 time.sleep(0.2)
         cpu0 = os.times()
+        collector = psutil.Process(server.pid)
+        profile = os.environ.get("FLEETPROF_BENCH_PYSPY")  # profile the collector with py-spy into that file:
+        if profile:  # a flame graph (.svg) or collapsed stacks (.txt)
+            fmt = "raw" if profile.endswith(".txt") else "flamegraph"
+            subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", fmt, "-o", profile,
+                              "-r", "200", "--gil", "-p", str(server.pid)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        collector_cpu0 = _cpu_s(collector)
+        postgres_cpu0 = _postgres_cpu()
         result = asyncio.run(drive(args.port, tokens, bodies, args.concurrency))
+        collector_cpu = _cpu_s(collector) - collector_cpu0
+        postgres_cpu = _postgres_cpu_s(engine, db, postgres_cpu0)
+        load1 = os.getloadavg()[0]
         with engine.connect() as conn:
             stored = conn.execute(text("SELECT count(*) FROM gpu_samples")).scalar()
             distinct = conn.execute(text("SELECT count(*) FROM (SELECT DISTINCT gpu_id, ts FROM gpu_samples) s")).scalar()
@@ -175,7 +217,12 @@ def main() -> int:
         print(f"{'wall time':<34}{result['wall_s']:.2f} s")
         print(f"{'sustained GPU-samples/s':<34}{sent / result['wall_s']:,.0f}")
         print(f"{'request latency p50 / p99':<34}{p(0.5):.1f} ms / {p(0.99):.1f} ms")
-        print(f"{'load generator CPU':<34}{(os.times().user - cpu0.user + os.times().system - cpu0.system):.1f} s")
+        client_cpu = os.times().user - cpu0.user + os.times().system - cpu0.system
+        us = lambda cpu: cpu / sent * 1e6  # noqa: E731
+        print(f"{'CPU per GPU-sample: collector':<34}{us(collector_cpu):.1f} us ({collector_cpu:.1f} s)")
+        print(f"{'CPU per GPU-sample: Postgres':<34}{us(postgres_cpu):.1f} us ({postgres_cpu:.1f} s, this database's backends + WAL)")
+        print(f"{'CPU per GPU-sample: load gen.':<34}{us(client_cpu):.1f} us ({client_cpu:.1f} s)")
+        print(f"{'machine':<34}{psutil.cpu_count()} cores, load average {load1:.1f} at the end")
         ok = result["acked"] == sent == stored == distinct
         print(f"{'exactly-once check':<34}{'OK' if ok else 'FAILED'}")
         return 0 if ok else 1

@@ -122,7 +122,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
               fleet_views_router, estimate_router):
         app.include_router(r)
 
+    from server.ingest.fastpath import SampleIngestFastPath
     from server.ratelimit import RequestGuardMiddleware  # inside ObserveMiddleware: 429/413 get its headers
+    app.add_middleware(SampleIngestFastPath)  # inside the guards: rate and size limits apply to it as to all
     app.add_middleware(RequestGuardMiddleware, settings=settings)
     app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)
     _document_protocol_bodies(app)

@@ -98,13 +98,44 @@ def database_unavailable_response(exc: BaseException) -> JSONResponse:
                         headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(DomainError)
-    async def _domain(_: Request, exc: DomainError) -> JSONResponse:
+def _raw_dbapi_data_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import psycopg2
+
+        return (psycopg2.DataError,)
+    except ImportError:  # pragma: no cover
+        return ()
+
+
+# Input the database refuses to store, raised by SQLAlchemy or (ingest's raw cursor) by psycopg2 itself.
+DATA_ERRORS = (sa_exc.DataError, *_raw_dbapi_data_errors())
+
+
+def error_response(exc: Exception) -> JSONResponse | None:
+    """The answer to an exception a request raised; None when it is a bug (the caller lets it become a 500,
+    whose path logs the traceback). The one mapping the app's handlers and the ingest fast path share."""
+    if isinstance(exc, DomainError):
         headers = dict(exc.headers or {})
         if isinstance(exc, NotAuthenticated):
             headers.setdefault("WWW-Authenticate", "Bearer")
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+    if isinstance(exc, DATA_ERRORS) or (isinstance(exc, ValueError) and "NUL (0x00)" in str(exc)):
+        # Input the database refuses to store (an integer past its column, NUL in text, a \u0000 in JSONB) is the
+        # client's to fix: 422, found by fuzzing (tests/security/test_fuzz.py), never a 500. psycopg2 refuses
+        # NUL characters with a bare ValueError, before the statement reaches Postgres.
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return JSONResponse({"detail": f"a value cannot be stored: {reason}"}, status_code=422)
+    if is_database_unavailable(exc):
+        return database_unavailable_response(exc)
+    return None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def _handle(_: Request, exc: Exception) -> JSONResponse:
+        response = error_response(exc)
+        if response is None:
+            raise exc  # a bug (IntegrityError, ProgrammingError...): the default 500 path logs the traceback
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -112,23 +143,6 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
 
-    async def _database(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, sa_exc.DataError):
-            return await _unstorable(request, exc)
-        if not is_database_unavailable(exc):
-            raise exc  # a bug (IntegrityError, ProgrammingError...): the default 500 path logs the traceback
-        return database_unavailable_response(exc)
-
-    for cls in (sa_exc.DBAPIError, sa_exc.TimeoutError, *RAW_TRANSIENT_DB_ERRORS):
-        app.add_exception_handler(cls, _database)
-
-    async def _unstorable(_: Request, exc: Exception) -> JSONResponse:
-        # Input the database refuses to store (an integer past its column, NUL in text, a \u0000 in JSONB) is the
-        # client's to fix: 422, found by fuzzing (tests/security/test_fuzz.py), never a 500.
-        if not isinstance(exc, sa_exc.DataError) and "NUL (0x00)" not in str(exc):
-            raise exc  # any other ValueError is a bug: the default 500 path logs the traceback
-        reason = str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else type(exc).__name__
-        return JSONResponse({"detail": f"a value cannot be stored: {reason}"}, status_code=422)
-
-    # psycopg2 refuses NUL characters with a bare ValueError, before the statement reaches Postgres.
-    app.add_exception_handler(ValueError, _unstorable)
+    for cls in (DomainError, sa_exc.DBAPIError, sa_exc.TimeoutError, *RAW_TRANSIENT_DB_ERRORS, *DATA_ERRORS,
+                ValueError):
+        app.add_exception_handler(cls, _handle)

@@ -76,11 +76,15 @@ class TokenCache:
             self._entries[digest] = (time.monotonic() + self.ttl_s, principal)
 
 
-def authenticate(session: Session, authorization: str | None, cache: TokenCache | None = None) -> Principal:
+def bearer_digest(authorization: str | None) -> str:
+    """The stored form (SHA-256 hex) of the bearer token in an Authorization header; 401 when there is none."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise NotAuthenticated("missing bearer token (Authorization: Bearer <token>)")
-    token = authorization[7:].strip()
-    digest = hash_token(token)
+    return hash_token(authorization[7:].strip())
+
+
+def authenticate(session: Session, digest: str, cache: TokenCache | None = None) -> Principal:
+    """The principal of a token digest (see bearer_digest), from the cache or the database."""
     if cache is not None and (hit := cache.get(digest)) is not None:
         return hit
     row = session.scalars(select(ApiToken).where(ApiToken.token_sha256 == digest)).first()

@@ -65,10 +65,18 @@ def _apply_gpu(gpu: Gpu, info: GpuInfo) -> None:
     gpu.power_limit_w = info.power_limit_w
 
 
-def sync_node(session: Session, cache: InventoryCache, *, node: str, agent_id: str, source: str,
+class NeedsDatabase(Exception):
+    """Raised by a cache-only inventory lookup (no session given) when the database must be written."""
+
+
+def sync_node(session: Session | None, cache: InventoryCache, *, node: str, agent_id: str, source: str,
               node_info: NodeInfo | None, gpus: list[GpuInfo], dropped_samples_total: int,
               clock_skew_s: float | None, healthy: dict[str, bool]) -> dict[str, int]:
-    """Record the node's inventory; return GPU uuid -> id for every GPU the node has reported."""
+    """Record the node's inventory; return GPU uuid -> id for every GPU the node has reported.
+
+    With `session=None` only the cache is consulted (no I/O, safe on the event loop): NeedsDatabase when the
+    inventory changed or is due for its last-seen refresh.
+    """
     fingerprint = hash((agent_id, source, tuple(node_info.__dict__.values()) if node_info else None,
                         tuple(tuple(g.__dict__.values()) for g in gpus), dropped_samples_total,
                         tuple(sorted(healthy.items()))))
@@ -77,6 +85,8 @@ def sync_node(session: Session, cache: InventoryCache, *, node: str, agent_id: s
     if (entry is not None and entry.fingerprint == fingerprint and now_mono - entry.refreshed_at < cache.refresh_s
             and all(g.uuid in entry.gpu_ids for g in gpus)):
         return entry.gpu_ids
+    if session is None:
+        raise NeedsDatabase(node)
 
     now = utcnow()
     row = _get_or_create_node(session, node)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -12,10 +13,12 @@ from pydantic import ValidationError
 
 from agent.protocol import PROTOCOL_VERSION, EventBatch, IngestAck, SampleBatch
 from server.db import session_scope
+from server.auth.service import Principal
 from server.deps import AgentAuth, DispatcherDep, EventWriterAuth, SettingsDep
 from server.errors import InvalidInput, Overloaded
 from server.ingest import service
 from server.ingest.body import parse_json, read_body
+from server.ingest.inventory import NeedsDatabase
 from server.metrics import INGEST_BATCHES, INGEST_REJECTED, INGEST_SAMPLES
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
@@ -58,30 +61,45 @@ def _validate(model, payload):  # type: ignore[no-untyped-def]
 @router.post("/samples", response_model=IngestAck, openapi_extra=_BODY_DOC,
              responses={401: {}, 403: {}, 413: {}, 422: {}, 503: {}},
              summary="Ingest a batch of NVML samples (protocol v1, JSON, optionally gzip)")
-async def ingest_samples(request: Request, principal: AgentAuth, settings: SettingsDep) -> IngestAck:
-    with request.app.state.ingest_limiter:
+async def ingest_samples(request: Request, principal: AgentAuth) -> IngestAck:
+    # Served by SampleIngestFastPath (server/ingest/fastpath.py) in a running collector; this route documents
+    # the endpoint and serves any app built without that middleware. Both call handle_samples.
+    return await handle_samples(request, principal)
+
+
+async def handle_samples(request: Request, principal: Principal) -> IngestAck:
+    """Read, validate and authorise one sample batch, then wait until the group writer committed it."""
+    state = request.app.state
+    settings = state.settings
+    with state.ingest_limiter:
         body = await read_body(request, max_bytes=settings.max_body_bytes,
                                max_decompressed_bytes=settings.max_decompressed_bytes)
+        batch = _validate(SampleBatch, parse_json(body))
+        prepare = functools.partial(service.prepare_samples, batch=batch, principal=principal,
+                                    cache=state.inventory_cache, now=time.time(),
+                                    max_future_skew_s=settings.max_future_skew_s)
+        try:
+            # The common case (inventory unchanged and cached) needs no I/O: no thread hop.
+            prepared = prepare(None)
+        except NeedsDatabase:
+            def prepare_in_session() -> service.PreparedSamples:
+                with session_scope(state.sessionmaker) as session:
+                    return prepare(session)
 
-        def work() -> IngestAck:
-            batch = _validate(SampleBatch, parse_json(body))
-            with session_scope(request.app.state.sessionmaker) as session:
-                prepared = service.prepare_samples(session, batch, principal=principal,
-                                                   cache=request.app.state.inventory_cache, now=time.time(),
-                                                   max_future_skew_s=settings.max_future_skew_s)
-            # Answered only once the writer committed the group this batch went into.
-            try:
-                result = request.app.state.sample_writer.submit(prepared).result(timeout=settings.ingest_timeout_s)
-            except FutureTimeout:
-                # Not acknowledged: the agent resends, and a late commit makes that resend a duplicate.
-                INGEST_REJECTED.labels(reason="timeout").inc()
-                raise Overloaded(f"the database did not commit within {settings.ingest_timeout_s:g} s; retry",
-                                 retry_after_s=5) from None
-            INGEST_BATCHES.labels(kind="samples", duplicate=str(result.duplicate).lower()).inc()
-            INGEST_SAMPLES.inc(result.accepted)
-            return IngestAck(accepted=result.accepted, duplicate=result.duplicate, server_time=time.time())
-
-        return await run_in_threadpool(work)
+            prepared = await run_in_threadpool(prepare_in_session)
+        # Answered only once the writer committed the group this batch went into; the wait holds no thread.
+        future = asyncio.wrap_future(state.sample_writer.submit(prepared))
+        try:
+            # shield: a timeout (or a client that hangs up) must not cancel the writer's future.
+            result = await asyncio.wait_for(asyncio.shield(future), timeout=settings.ingest_timeout_s)
+        except asyncio.TimeoutError:
+            # Not acknowledged: the agent resends, and a late commit makes that resend a duplicate.
+            INGEST_REJECTED.labels(reason="timeout").inc()
+            raise Overloaded(f"the database did not commit within {settings.ingest_timeout_s:g} s; retry",
+                             retry_after_s=5) from None
+        INGEST_BATCHES.labels(kind="samples", duplicate=str(result.duplicate).lower()).inc()
+        INGEST_SAMPLES.inc(result.accepted)
+        return IngestAck(accepted=result.accepted, duplicate=result.duplicate, server_time=time.time())
 
 
 @router.post("/events", response_model=IngestAck,

@@ -22,7 +22,7 @@ from server.auth.service import Principal, require_node
 from server.db import is_postgres
 from server.errors import InvalidInput
 from server.ingest.bulk import insert_ignore
-from server.ingest.inventory import InventoryCache, sync_node
+from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
 from server.models import Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node, ProcessSample
 from server.models.base import from_epoch, utcnow
@@ -65,12 +65,13 @@ class PreparedSamples:
     gpu_ids: dict[str, int]
 
 
-def prepare_samples(session: Session, batch: SampleBatch, *, principal: Principal, cache: InventoryCache,
+def prepare_samples(session: Session | None, batch: SampleBatch, *, principal: Principal, cache: InventoryCache,
                     now: float, max_future_skew_s: float) -> PreparedSamples:
     """Everything that can reject a batch, before anything of it is written; then the inventory upsert.
 
     The inventory (node, GPUs) is metadata the agent re-sends with every batch: it is committed on its own,
-    by the caller, and is idempotent.
+    by the caller, and is idempotent. With `session=None` nothing but the inventory cache is read (no I/O: the
+    collector calls it on the event loop first); NeedsDatabase when a session is needed after all.
     """
     require_node(principal, batch.node)
     cols = batch.samples
@@ -81,8 +82,13 @@ def prepare_samples(session: Session, batch: SampleBatch, *, principal: Principa
     used = set(cols.gpu_uuid) | (set(batch.processes.gpu_uuid) if batch.processes is not None else set())
     if not used <= declared:
         entry = cache.get(batch.node)
-        known = set(entry.gpu_ids) if entry is not None else set(
-            session.scalars(select(Gpu.uuid).join(Node, Node.id == Gpu.node_id).where(Node.name == batch.node)))
+        if entry is not None:
+            known = set(entry.gpu_ids)
+        elif session is None:
+            raise NeedsDatabase(batch.node)
+        else:
+            known = set(session.scalars(select(Gpu.uuid).join(Node, Node.id == Gpu.node_id)
+                                        .where(Node.name == batch.node)))
         unknown = used - declared - known
         if unknown:
             raise InvalidInput(f"samples for GPU(s) {sorted(unknown)} that node {batch.node!r} has not reported "
@@ -96,6 +102,8 @@ def prepare_samples(session: Session, batch: SampleBatch, *, principal: Principa
                             node_info=batch.node_info, gpus=batch.gpus,
                             dropped_samples_total=batch.dropped_samples_total, clock_skew_s=batch.clock_skew_s,
                             healthy=healthy)
+    except NeedsDatabase:
+        raise
     except BaseException:
         cache.forget(batch.node)  # the cached ids may name rows a rolled-back transaction created
         raise
