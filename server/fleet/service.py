@@ -118,12 +118,16 @@ def rollup_hours(session: Session, *, since: float, until: float, now: float | N
 
 
 def _latest_util(session: Session, now: float) -> dict[str, float | None]:
+    since = from_epoch(now - CURRENT_WINDOW_S)
     latest = (select(GpuSample.gpu_id, func.max(GpuSample.ts).label("ts"))
-              .where(GpuSample.ts >= from_epoch(now - CURRENT_WINDOW_S)).group_by(GpuSample.gpu_id).subquery())
+              .where(GpuSample.ts >= since).group_by(GpuSample.gpu_id).subquery())
+    # The bound on the outer side too, though implied by the join: it prunes that side's partitions at plan
+    # time, whatever join the planner picks (a hash join would otherwise scan every day kept).
     rows = session.execute(
         select(Node.name, Gpu.uuid, GpuSample.gpu_util_pct)
         .join(latest, and_(GpuSample.gpu_id == latest.c.gpu_id, GpuSample.ts == latest.c.ts))
         .join(Gpu, Gpu.id == GpuSample.gpu_id).join(Node, Node.id == Gpu.node_id)
+        .where(GpuSample.ts >= since)
     ).all()
     return {f"{node}/{uuid}": util for node, uuid, util in rows}
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index
 from sqlalchemy.orm import Mapped, mapped_column
 
 from server.models.base import Base, UtcDateTime
@@ -12,11 +12,17 @@ class GpuSample(Base):
     """One NVML (or replayed) sample of one GPU. Columns mirror agent.protocol.SAMPLE_FIELDS, units in names.
 
     Primary key (gpu_id, ts): reads are time ranges per GPU, and a sample delivered twice is stored once.
+    BRIN on ts: reads of the recent past over all GPUs (current utilization, the rollup sweep) have no gpu_id to
+    enter the primary key by; samples arrive in time order, so min/max ts per block range narrows them to the
+    pages of the window for a few kB of index a day (migration 0005, docs/ARCHITECTURE.md "Storage at scale").
     """
 
     __tablename__ = "gpu_samples"
     # One partition per UTC day (server/storage/partitions.py): retention drops whole days.
-    __table_args__ = {"postgresql_partition_by": "RANGE (ts)"}
+    __table_args__ = (
+        Index("ix_gpu_samples_ts", "ts", postgresql_using="brin", postgresql_with={"autosummarize": "on"}),
+        {"postgresql_partition_by": "RANGE (ts)"},
+    )
 
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
