@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index
+from sqlalchemy import BigInteger, Boolean, Float, Index
 from sqlalchemy.orm import Mapped, mapped_column
 
-from server.models.base import Base, UtcDateTime
+from server.models.base import Base, BigId, UtcDateTime
 
 
 class GpuSample(Base):
@@ -24,7 +24,7 @@ class GpuSample(Base):
         {"postgresql_partition_by": "RANGE (ts)"},
     )
 
-    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)  # gpus.id, no FK: migration 0005
     ts: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
     healthy: Mapped[bool | None] = mapped_column(Boolean)
     memory_used_bytes: Mapped[int | None] = mapped_column(BigInteger)

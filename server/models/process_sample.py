@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
+from sqlalchemy import BigInteger, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from server.models.base import Base, UtcDateTime
+from server.models.base import Base, BigId, UtcDateTime
 
 
 class ProcessSample(Base):
@@ -15,7 +15,7 @@ class ProcessSample(Base):
     __table_args__ = (Index("ix_process_samples_job_ts", "job_id", "ts"),
                       {"postgresql_partition_by": "RANGE (ts)"})
 
-    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)  # gpus.id, no FK: migration 0005
     ts: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
     pid: Mapped[int] = mapped_column(Integer, primary_key=True)
     used_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
