@@ -241,8 +241,9 @@ def print_scale(args: argparse.Namespace, gen: dict[str, Any] | None, size: dict
     print(f"  a full day's partition             {size['day_rows']:,} rows; the 1 Hz GPUs are "
           f"{per_day_full / (per_day_full + per_day_coarse):.1%} of it (one GPU "
           f"{DAY_S / (per_day_full + per_day_coarse):.2%}; at full scale one GPU is {1 / args.gpus:.3%})")
-    idx = ", ".join(f"{v:.1f} {k}" for k, v in sorted(size["index_b_per_row"].items()))
-    idx_day = ", ".join(f"{k} {v / 2**20:,.1f} MiB" for k, v in sorted(size["index_b_per_day"].items()))
+    idx = ", ".join(f"{v:.3g} {k}" for k, v in sorted(size["index_b_per_row"].items()))
+    idx_day = ", ".join(f"{k} {v / 2**20:,.1f} MiB" if v >= 2**20 else f"{k} {v / 2**10:,.0f} KiB"
+                        for k, v in sorted(size["index_b_per_day"].items()))
     print(f"  bytes per raw row                  {b_row:.0f} = {size['heap_b_per_row']:.0f} heap + {idx}; "
           f"one day: {idx_day}; raw total {size['raw_total_b'] / 2**30:.2f} GiB")
     print(f"  gpu_hourly                         {counts['gpu_hourly']:,} rows ({args.history_days} days), "

@@ -4,10 +4,10 @@ utilization, the rollup sweep) no longer scan a whole day.
 The primary key (gpu_id, ts) serves reads of one GPU; a read of the last minutes of every GPU has no gpu_id to
 enter it by and scanned the day's whole partition (seq scan or full index scan): ~864 M rows a day at 10,000
 GPUs x 1 Hz. Samples arrive in time order, so a BRIN index (min/max ts per 128 heap pages) narrows such a read
-to the pages written in the window at ~1 MB of index per 100 GB of heap and next to no insert cost, where a
-btree on ts would add ~20 B per row. `autosummarize` summarizes each range as it fills (autovacuum); the
-unsummarized tail is always read, which is the recent past these queries want anyway. Created on the
-partitioned table, so every daily partition, existing or created later, gets its own.
+to the pages written in the window, for ~4 MB of index per 100 GB of heap (40 KiB for bench/storage_plans.py's
+734 MB day) and next to no insert cost, where a btree on ts would add ~30 B per row. `autosummarize` summarizes
+each range as it fills (autovacuum); the unsummarized tail is always read, which is the recent past these queries
+want anyway. Created on the partitioned table, so every daily partition, existing or created later, gets its own.
 
 SQLite (embedded mode) gets a plain index on ts.
 
