@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis import characterize as characterize_mod
+from server.analysis.fleet import job_fleet_row
 from server.analysis.trace_sections import merge_trace_sections
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, StepSeries
 from server.config import ServerSettings
@@ -155,10 +156,11 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     # An upsert: the worker (or the in-process task) and a reader may characterize the same job at once.
     ins = pg_insert if is_postgres(session) else sqlite_insert
     stmt = ins(Report).values(job_pk=job.id, analyzer_version=characterize_mod.ANALYZER_VERSION,
-                              computed_at=from_epoch(now), data=report)
+                              computed_at=from_epoch(now), data=report, fleet_row=job_fleet_row(report))
     session.execute(stmt.on_conflict_do_update(index_elements=["job_pk", "analyzer_version"],
                                                set_={"computed_at": stmt.excluded.computed_at,
-                                                     "data": stmt.excluded.data}))
+                                                     "data": stmt.excluded.data,
+                                                     "fleet_row": stmt.excluded.fleet_row}))
     session.expire_all()
     return report
 

@@ -194,3 +194,50 @@ def test_rollups_per_node_and_team_match_an_independent_computation(api, make_to
     for params in ({"by": "rack"}, {"window": "soon"}, {"limit": 0}):
         assert api.get("/api/v1/fleet/rollups", params=params, headers=auth(op)).status_code == 422
     assert api.get("/api/v1/fleet/rollups", headers=auth(make_token("scheduler"))).status_code == 403
+
+
+# ------------------------------------------------------------------ job rows of the summary, from the reports
+
+
+def test_summary_job_figures_come_from_the_reports_small_fleet_rows(api, make_token, server_settings):
+    """Memory stranded and the most wasteful jobs equal what each job's report says; the summary reads the
+    reports' `fleet_row` (never the documents), and a report stored before that column existed gives the same."""
+    from sqlalchemy import text
+
+    op = make_token("operator")
+    now = time.time()
+    t0 = now - 1800
+    peaks = {}
+    for i, (node, util) in enumerate((("node-j", 90.0), ("node-k", 10.0))):
+        batch = sample_batch(node=node, agent_id=f"a-{node}", n=600, gpus=2, t0=t0)
+        batch["samples"]["gpu_util_pct"] = [util] * len(batch["samples"]["ts"])
+        assert api.post("/api/v1/ingest/samples", json=batch,
+                        headers=auth(make_token("agent", node=node))).status_code == 200
+        job = {"job_id": f"job-{node}", "team": "alpha", "node": node, "state": "finished", "started_at": t0,
+               "ended_at": t0 + 599, "gpu_uuids": [f"GPU-{node}-0", f"GPU-{node}-1"]}
+        assert api.post("/api/v1/jobs", json=job, headers=auth(op)).status_code == 200
+        report = api.get(f"/api/v1/jobs/job-{node}/report", headers=auth(op)).json()
+        peaks[f"job-{node}"] = report
+    stranded = sum(g["memory_total_bytes"] - g["peak_used_bytes"] for r in peaks.values() for g in r["gpus"])
+
+    def summary() -> dict:
+        return api.get("/api/v1/fleet/summary", params={"window": "2h"}, headers=auth(op)).json()
+
+    engine = make_engine(server_settings)
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(text("SELECT count(*) FROM reports WHERE fleet_row IS NOT NULL")).scalar()
+        assert stored == 2
+        body = summary()
+        assert body["memory_stranded_bytes"] == stranded
+        wasteful = body["most_wasteful_jobs"]
+        assert wasteful[0]["job_id"] == "job-node-k"  # 10 % busy wastes more GPU-hours than 90 %
+        for row in wasteful:
+            assert row["gpu_busy_fraction"] == pytest.approx(peaks[row["job_id"]]["time"]["gpu_busy_fraction"])
+        with engine.begin() as conn:  # as a report written before migration 0007 would be
+            conn.execute(text("UPDATE reports SET fleet_row = NULL"))
+        again = summary()
+        for key in ("memory_stranded_bytes", "most_wasteful_jobs"):
+            assert again[key] == body[key], key
+    finally:
+        engine.dispose()
