@@ -3,14 +3,18 @@
 1. A 24 h, 8-GPU job at 1 Hz (691,200 samples, the synthetic load of bench/characterize.py) is written through
    the real bulk-insert path, then characterized the way a worker does it (load from Postgres, analyze, store
    the report): target <= 10 s.
-2. 10,000 GPUs x 24 h of hourly rollups (240,000 rows) and GET /api/v1/fleet/summary: target <= 200 ms.
+2. 10,000 GPUs x 24 h of hourly rollups (240,000 rows), the last 5 minutes of samples of every GPU (one per
+   10 s: what "idle now" reads), and --fleet-jobs jobs active in the window, each with a stored report (the real
+   report of step 1, ~full size: what "stranded memory" and "most wasteful jobs" read); then
+   GET /api/v1/fleet/summary: target <= 200 ms.
 
-    .venv/bin/python bench/characterize_db.py [--hours 24] [--gpus 8] [--fleet-gpus 10000]
+    .venv/bin/python bench/characterize_db.py [--hours 24] [--gpus 8] [--fleet-gpus 10000] [--fleet-jobs 5000]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -28,7 +32,8 @@ from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.ingest.bulk import insert_ignore  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
-from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node  # noqa: E402
+from server.analysis.characterize import ANALYZER_VERSION  # noqa: E402
+from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node, Report  # noqa: E402
 from server.models.base import from_epoch  # noqa: E402
 
 ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
@@ -63,7 +68,8 @@ def load_job(factory, job) -> tuple[int, float]:  # type: ignore[no-untyped-def]
     return job_pk, time.perf_counter() - start
 
 
-def load_fleet(factory, n_gpus: int, hours: int, now: float) -> float:  # type: ignore[no-untyped-def]
+def load_fleet(factory, n_gpus: int, hours: int, now: float, *, jobs: int,  # type: ignore[no-untyped-def]
+               report: dict) -> float:
     start = time.perf_counter()
     with session_scope(factory) as session:
         nodes = []
@@ -87,6 +93,22 @@ def load_fleet(factory, n_gpus: int, hours: int, now: float) -> float:  # type: 
                           [ids, [h0 + h * 3600] * len(ids), [3600] * len(ids), [3600.0] * len(ids),
                            (3600 * (util >= 5)).tolist(), (36 * util).tolist(), (3600 * (80 + 3.2 * util)).tolist(),
                            [int(4e10)] * len(ids), util.tolist()], time_columns=frozenset({"hour"}))
+        recent = np.arange(now - 300, now, 10.0)
+        insert_ignore(session, GpuSample.__table__, ["gpu_id", "ts", "gpu_util_pct"],
+                      [np.repeat(ids, recent.size).tolist(), np.tile(recent, len(ids)).tolist(),
+                       rng.uniform(0, 100, len(ids) * recent.size).tolist()])
+    from server.analysis.fleet import job_fleet_row
+
+    with session_scope(factory) as session:
+        rows = [Job(job_id=f"fleet-job-{j:06d}", state="running", started_at=from_epoch(now - 3600), extra={})
+                for j in range(jobs)]
+        session.add_all(rows)
+        session.flush()
+        for a in range(0, len(rows), 500):
+            session.execute(Report.__table__.insert(), [
+                {"job_pk": r.id, "analyzer_version": ANALYZER_VERSION, "computed_at": from_epoch(now),
+                 "data": {**report, "job_id": r.job_id}, "fleet_row": job_fleet_row({**report, "job_id": r.job_id})}
+                for r in rows[a:a + 500]])
     return time.perf_counter() - start
 
 
@@ -95,6 +117,7 @@ def main() -> int:
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--fleet-gpus", type=int, default=10_000)
+    parser.add_argument("--fleet-jobs", type=int, default=5_000, help="jobs active in the window, with reports")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     db = f"fleetprof_bench_char_{os.getpid()}"
@@ -123,7 +146,9 @@ def main() -> int:
         from server.auth.service import create_token
 
         now = time.time()
-        fleet_load_s = load_fleet(factory, args.fleet_gpus, 24, now)
+        with session_scope(factory) as session:
+            report = session.get(Report, (job_pk, ANALYZER_VERSION)).data
+        fleet_load_s = load_fleet(factory, args.fleet_gpus, 24, now, jobs=args.fleet_jobs, report=report)
         with session_scope(factory) as session:
             token = create_token(session, scope="operator")
         lat = []
@@ -139,11 +164,15 @@ def main() -> int:
         print(f"{'write through bulk insert':<44}{load_s:.1f} s")
         print(f"{'characterize (load + analyze + store) best':<44}{min(times):.2f} s   (target <= 10 s)")
         print(f"{'characterize median':<44}{statistics.median(times):.2f} s")
-        print(f"{'fleet rollup rows (GPUs x 24 h)':<44}{args.fleet_gpus * 24:,}  (loaded in {fleet_load_s:.1f} s)")
+        print(f"{'fleet rollup rows (GPUs x 24 h)':<44}{args.fleet_gpus * 24:,}  (fleet loaded in {fleet_load_s:.1f} s)")
+        print(f"{'fleet jobs with reports (report size)':<44}{args.fleet_jobs:,}  ({len(json.dumps(report)) / 1024:.0f} kB "
+              f"of JSON each)")
         print(f"{'GET /fleet/summary p50 / max (10 calls)':<44}{statistics.median(lat) * 1000:.0f} ms / "
               f"{max(lat) * 1000:.0f} ms   (target <= 200 ms)")
         print(f"{'summary: gpus / gpu_hours / busy_fraction':<44}{body['gpus']} / {body['gpu_hours']:.0f} / "
               f"{body['busy_fraction']:.3f}")
+        print(f"{'summary: idle now / stranded / wasteful':<44}{body['idle_gpus_now']} / "
+              f"{body['memory_stranded_bytes'] or 0:.3g} B / {len(body['most_wasteful_jobs'])} listed")
         return 0
     finally:
         with admin.connect() as conn:
