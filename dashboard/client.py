@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import httpx
+
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -80,15 +84,23 @@ class ApiClient:
         return self._get(f"/api/v1/jobs/{_seg(job_id)}/timeseries", metric=metric, points=points, since=since,
                          until=until)
 
-    def steps(self, job_id: str, *, since: float | None = None, until: float | None = None,
-              limit: int = 20_000) -> dict[str, Any]:
-        return self._get(f"/api/v1/jobs/{_seg(job_id)}/steps", since=since, until=until, limit=limit)
+    def timeseries_batch(self, job_id: str, points: Mapping[str, int], *, since: float | None = None,
+                         until: float | None = None) -> dict[str, dict[str, Any]]:
+        """Several metrics at once, each with its points budget (the API reads each GPU's samples once for all):
+        {metric: the /timeseries answer for it}."""
+        return self._get(f"/api/v1/jobs/{_seg(job_id)}/timeseries/batch", metric=list(points),
+                         points=list(points.values()), since=since, until=until)["metrics"]
 
-    def report_html_path(self, job_id: str) -> str:
-        return f"/api/v1/jobs/{_seg(job_id)}/report?format=html"
+    def steps(self, job_id: str, *, since: float | None = None, until: float | None = None,
+              limit: int = 20_000, points: int | None = None) -> dict[str, Any]:
+        """Per-step series; with `points`, downsampled per rank to about that many rows plus a step-time
+        histogram of every step in the range (`wall_s_histogram`)."""
+        return self._get(f"/api/v1/jobs/{_seg(job_id)}/steps", since=since, until=until, limit=limit,
+                         points=points)
 
     def report_html(self, job_id: str) -> str:
-        return self._request("GET", self.report_html_path(job_id)).text
+        # `format` as a parameter: httpx replaces a URL's own query string with the request's params
+        return self._request("GET", f"/api/v1/jobs/{_seg(job_id)}/report", params={"format": "html"}).text
 
     # ------------------------------------------------------------------ inventory and fleet (operator)
     def nodes(self) -> list[dict[str, Any]]:
@@ -127,6 +139,21 @@ class ApiClient:
                 self._get("/api/v1/jobs", limit=1)
                 return "reader"
             raise
+
+
+def gather(*calls: Callable[[], T]) -> list[T | ApiError]:
+    """Run API calls at once (one ApiClient may be shared between threads: httpx pools its connections).
+    Results in order; an ApiError is returned in its call's place, any other exception raised."""
+    def run(call: Callable[[], T]) -> T | ApiError:
+        try:
+            return call()
+        except ApiError as exc:
+            return exc
+
+    if len(calls) == 1:
+        return [run(calls[0])]
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="api") as pool:
+        return list(pool.map(run, calls))
 
 
 def _seg(value: str) -> str:

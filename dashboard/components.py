@@ -94,8 +94,11 @@ def by_suffix(key: str, value: Any) -> str:
         return fmt.text(value) if not isinstance(value, (dict, list)) else f"{len(value)} item(s)"
     for suffix, f in (("_bytes", fmt.gib), ("_s", fmt.seconds), ("_j", fmt.energy), ("_w", fmt.watts),
                       ("_pct", fmt.pct), ("_fraction", fmt.fraction_pct), ("_usd", fmt.usd), ("_g", fmt.grams)):
-        if key.endswith(suffix):
+        if key.endswith(suffix) or key == suffix[1:]:
             return f(value)
+    head, per, tail = key.partition("_per_")  # e.g. usd_per_gpu_hour
+    if per and head:
+        return f"{by_suffix(head, value)} per {tail.replace('_', ' ')}"
     return fmt.count(value)
 
 

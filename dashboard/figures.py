@@ -1,8 +1,12 @@
 """Pure figure builders: API data in, `go.Figure` out. No I/O, no Dash.
 
 Time axes carry epoch milliseconds on a plotly date axis (UTC): numeric arrays travel to the browser as
-typed arrays, far cheaper than date strings for tens of thousands of points. Dense series use WebGL
-(`go.Scattergl`).
+typed arrays, far cheaper than date strings for tens of thousands of points.
+
+Lines are SVG (`go.Scatter`), not WebGL: every series arrives downsampled by the API to about two points per
+horizontal pixel, which SVG draws in milliseconds, while WebGL falls back to software rendering wherever the
+browser has no GPU (headless, VMs, remote desktops): bench/dashboard.py measured 4-8 s per 8-GPU plot there
+against under 0.1 s in SVG. Browsers also cap a page's WebGL contexts (about 16).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 _BASE_LAYOUT: dict[str, Any] = {
     "template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "height": 320,
-    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    # right-aligned above the plot: the title sits on the left
+    "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 1, "xanchor": "right"},
+    "hoverlabel": {"namelength": -1},
     "font": {"size": 12},
 }
 
@@ -32,8 +38,13 @@ def _values(values: Sequence[float | None], scale: float = 1.0) -> np.ndarray:
     return arr / scale if scale != 1.0 else arr
 
 
-def _layout(fig: go.Figure, *, title: str, y_title: str, date_x: bool = True, **extra: Any) -> go.Figure:
-    fig.update_layout(**{**_BASE_LAYOUT, "title": {"text": title, "x": 0, "font": {"size": 14}}, **extra})
+def _layout(fig: go.Figure, *, title: str, y_title: str, date_x: bool = True, subtitle: str | None = None,
+            **extra: Any) -> go.Figure:
+    head: dict[str, Any] = {"text": title, "x": 0, "font": {"size": 14}}
+    if subtitle:
+        head["subtitle"] = {"text": subtitle, "font": {"size": 11, "color": "#666"}}
+        extra.setdefault("margin", {**_BASE_LAYOUT["margin"], "t": 60})
+    fig.update_layout(**{**_BASE_LAYOUT, "title": head, **extra})
     fig.update_yaxes(title_text=y_title, rangemode="tozero")
     if date_x:
         fig.update_xaxes(type="date", title_text="time (UTC)")
@@ -49,80 +60,143 @@ def empty_figure(message: str, *, title: str = "") -> go.Figure:
     return fig
 
 
-def gpu_label(uuid: str, index: int | None = None) -> str:
-    short = uuid if len(uuid) <= 16 else f"{uuid[:8]}…{uuid[-4:]}"
-    return f"GPU {index} ({short})" if index is not None else short
-
-
 # ------------------------------------------------------------------------------------------------ job page
 
 
+# Time plots carry one line per GPU: their legend goes to the right, where more rows do not hide the title.
+_SIDE_LEGEND = {"orientation": "v", "yanchor": "top", "y": 1, "x": 1.01, "xanchor": "left", "font": {"size": 11}}
+
+
+def _gpu_name(s: dict[str, Any], i: int) -> str:
+    return f"GPU {s.get('gpu_index', i)}"
+
+
+def _gpu_hover(s: dict[str, Any], i: int) -> str:
+    return f"{_gpu_name(s, i)} · {s['gpu_uuid']}"
+
+
+def _x_range(fig: go.Figure, x_range: tuple[float, float] | None) -> go.Figure:
+    """Show exactly the zoomed range (epoch s) the data was fetched for; all time plots of a page share it."""
+    if x_range is not None:
+        fig.update_xaxes(range=[x_range[0] * 1000.0, x_range[1] * 1000.0], autorange=False)
+    return fig
+
+
 def memory_timeline(used: dict[str, Any] | None, steps: dict[str, Any] | None,
-                    capacity_bytes: float | None) -> go.Figure:
+                    capacity_bytes: float | None = None, *,
+                    x_range: tuple[float, float] | None = None) -> go.Figure:
     """NVML used memory per GPU vs the framework's allocated/reserved peaks per step, with the capacity line.
 
-    `used` is a /timeseries?metric=memory_used_bytes answer; `steps` a /steps answer (or None).
+    `used` is a /timeseries?metric=memory_used_bytes answer; `steps` a /steps answer (or None). Rank r is drawn in
+    GPU r's colour; the line style says the source (solid NVML, dotted reserved, dashed allocated). The capacity
+    is `capacity_bytes`, else the largest `memory_total_bytes` the series carry.
     """
     fig = go.Figure()
     series = (used or {}).get("series") or []
     for i, s in enumerate(series):
-        fig.add_trace(go.Scattergl(
-            x=epoch_ms(s["ts"]), y=_values(s["values"], GIB), mode="lines", name=f"NVML used · {gpu_label(s['gpu_uuid'], i)}",
+        fig.add_trace(go.Scatter(
+            x=epoch_ms(s["ts"]), y=_values(s["values"], GIB), mode="lines", name=f"NVML used · {_gpu_name(s, i)}",
             line={"color": PALETTE[i % len(PALETTE)], "width": 1.5},
-            hovertemplate="%{y:.2f} GiB<extra>NVML used</extra>"))
+            hovertemplate="%{y:.2f} GiB<extra>NVML used · " + _gpu_hover(s, i) + "</extra>"))
     if steps and steps.get("count"):
         ts = epoch_ms(steps["ts"])
-        for key, label, dash in (("reserved_peak_bytes", "framework reserved (per-step peak)", "dot"),
-                                 ("allocated_peak_bytes", "framework allocated (per-step peak)", "dash")):
+        ranks = np.asarray(steps["rank"])
+        for key, label, dash in (("reserved_peak_bytes", "allocator reserved (step peak)", "dot"),
+                                 ("allocated_peak_bytes", "allocator allocated (step peak)", "dash")):
             vals = _values(steps[key], GIB)
             if np.all(np.isnan(vals)):
                 continue
-            ranks = np.asarray(steps["rank"])
-            for r in np.unique(ranks):
+            for n, r in enumerate(np.unique(ranks)):
                 sel = ranks == r
-                fig.add_trace(go.Scattergl(
-                    x=ts[sel], y=vals[sel], mode="lines", name=f"{label} · rank {r}",
-                    line={"dash": dash, "width": 1.2, "color": "#444" if "reserved" in key else "#999"},
-                    hovertemplate="%{y:.2f} GiB<extra>" + label + "</extra>"))
+                fig.add_trace(go.Scatter(
+                    x=ts[sel], y=vals[sel], mode="lines", name=label, legendgroup=key, showlegend=n == 0,
+                    line={"dash": dash, "width": 1.2, "color": PALETTE[int(r) % len(PALETTE)]},
+                    hovertemplate="%{y:.2f} GiB<extra>" + f"{label} · rank {r}" + "</extra>"))
+    if capacity_bytes is None:
+        caps = [s.get("memory_total_bytes") for s in series if s.get("memory_total_bytes")]
+        capacity_bytes = max(caps) if caps else None
     if capacity_bytes:
         fig.add_hline(y=capacity_bytes / GIB, line={"color": "#d62728", "dash": "dash", "width": 1},
                       annotation_text=f"capacity {capacity_bytes / GIB:.1f} GiB", annotation_position="top left")
     if not fig.data:
         return empty_figure("no memory samples for this job", title="Device memory")
-    return _layout(fig, title="Device memory (GiB)", y_title="GiB", uirevision="memory")
+    fig = _layout(fig, title="Device memory (GiB): NVML used per GPU vs the framework's allocator per rank "
+                             "(rank r in GPU r's colour)", y_title="GiB", uirevision=repr(x_range), legend=_SIDE_LEGEND,
+                  height=420)
+    return _x_range(fig, x_range)
 
 
 def metric_timeline(data: dict[str, Any] | None, *, title: str, y_title: str, scale: float = 1.0,
-                    hover_unit: str = "", uirevision: str | None = None) -> go.Figure:
-    """One WebGL line per GPU from a /timeseries answer."""
+                    hover_unit: str = "", x_range: tuple[float, float] | None = None) -> go.Figure:
+    """One line per GPU from a /timeseries answer."""
     series = (data or {}).get("series") or []
     fig = go.Figure()
     for i, s in enumerate(series):
         if not s["ts"]:
             continue
-        fig.add_trace(go.Scattergl(x=epoch_ms(s["ts"]), y=_values(s["values"], scale), mode="lines",
-                                   name=gpu_label(s["gpu_uuid"], i), line={"color": PALETTE[i % len(PALETTE)],
-                                                                            "width": 1.2},
-                                   hovertemplate="%{y:.1f} " + hover_unit + "<extra>%{fullData.name}</extra>"))
+        fig.add_trace(go.Scatter(x=epoch_ms(s["ts"]), y=_values(s["values"], scale), mode="lines",
+                                 name=_gpu_name(s, i), line={"color": PALETTE[i % len(PALETTE)], "width": 1.2},
+                                 hovertemplate="%{y:.1f} " + hover_unit + "<extra>" + _gpu_hover(s, i) + "</extra>"))
     if not fig.data:
         return empty_figure("no samples", title=title)
-    return _layout(fig, title=title, y_title=y_title, uirevision=uirevision or title)
+    return _x_range(_layout(fig, title=title, y_title=y_title, uirevision=repr(x_range), legend=_SIDE_LEGEND),
+                    x_range)
 
 
-def step_time_histogram(wall_s: Sequence[float | None], *, p50_s: float | None = None,
-                        p95_s: float | None = None) -> go.Figure:
-    vals = _values(wall_s)
-    vals = vals[~np.isnan(vals)]
-    if vals.size == 0:
-        return empty_figure("no step times: the job ran without framework hooks", title="Step time")
-    fig = go.Figure(go.Histogram(x=vals * 1e3, nbinsx=60, marker={"color": PALETTE[0]},
-                                 hovertemplate="%{x} ms: %{y} steps<extra></extra>"))
-    for value, label in ((p50_s, "p50"), (p95_s, "p95")):
+def histogram_quantile(edges: Sequence[float], counts: Sequence[int], total: int, q: float) -> float | None:
+    """The q-quantile read off binned counts (linear within the bin); None when it lies past the last bin."""
+    target = q * total
+    seen = 0.0
+    for lo, hi, c in zip(edges[:-1], edges[1:], counts):
+        if c and seen + c >= target:
+            return lo + (hi - lo) * (target - seen) / c
+        seen += c
+    return None
+
+
+def _slowest_rank_per_step(steps: dict[str, Any]) -> np.ndarray:
+    """Each step's time is its slowest rank's (as the report counts it); steps without a step number count alone."""
+    vals = _values(steps.get("wall_s") or [])
+    numbers = steps.get("step")
+    if numbers is not None and len(numbers) == vals.size and vals.size:
+        uniq, inverse = np.unique(np.asarray(numbers), return_inverse=True)
+        worst = np.full(uniq.size, np.nan)
+        np.fmax.at(worst, inverse, vals)
+        vals = worst
+    return vals[~np.isnan(vals)]
+
+
+def step_time_histogram(steps: dict[str, Any] | None, *, zoomed: bool = False) -> go.Figure:
+    """Step wall time from a /steps answer: its `wall_s_histogram` (every step in the range, counted by the API)
+    when it has one, else a histogram of the steps it lists; p50 and p95 marked."""
+    hist = (steps or {}).get("wall_s_histogram")
+    x_title = "step time (ms)"
+    if hist and hist.get("count"):
+        edges = np.asarray(hist["edges_s"], dtype=np.float64)
+        n = int(hist["count"])
+        ms = edges * 1e3
+        fig = go.Figure(go.Bar(x=(ms[:-1] + ms[1:]) / 2, y=hist["counts"], width=np.diff(ms),
+                               marker={"color": PALETTE[0]}, customdata=np.stack([ms[:-1], ms[1:]], axis=1),
+                               hovertemplate="%{customdata[0]:.1f}–%{customdata[1]:.1f} ms: %{y} steps"
+                                             "<extra></extra>"))
+        if hist.get("above"):
+            x_title += f"; {hist['above']:,} slower steps, up to {hist['max_s'] * 1e3:,.0f} ms, not shown"
+        p50, p95 = (histogram_quantile(edges.tolist(), hist["counts"], n, q) for q in (0.5, 0.95))
+    else:
+        vals = _slowest_rank_per_step(steps or {})
+        if vals.size == 0:
+            return empty_figure("no step times: the job ran without framework hooks", title="Step time")
+        fig = go.Figure(go.Histogram(x=vals * 1e3, nbinsx=60, marker={"color": PALETTE[0]},
+                                     hovertemplate="%{x} ms: %{y} steps<extra></extra>"))
+        n = int(vals.size)
+        p50, p95 = (float(np.percentile(vals, q)) for q in (50, 95))
+    for value, label, side in ((p50, "p50", "top left"), (p95, "p95", "top right")):
         if value is not None:
-            fig.add_vline(x=value * 1e3, line={"dash": "dash", "color": "#444"},
-                          annotation_text=f"{label} {value * 1e3:.1f} ms")
-    return _layout(fig, title=f"Step time ({vals.size:,} steps)", y_title="steps", date_x=False,
-                   xaxis_title="step time (ms)", bargap=0.02)
+            fig.add_vline(x=value * 1e3, line={"dash": "dash", "color": "#444"}, annotation_position=side,
+                          annotation_text=f"{label} {value * 1e3:,.1f} ms")
+    where = " in the zoomed range" if zoomed else ""
+    return _layout(fig, title=f"Step time ({n:,} steps{where}; slowest rank per step)", y_title="steps",
+                   date_x=False, xaxis_title=x_title, bargap=0.02)
 
 
 def layer_time_bars(layers: Sequence[dict[str, Any]], top: int = 20) -> go.Figure:
@@ -137,6 +211,28 @@ def layer_time_bars(layers: Sequence[dict[str, Any]], top: int = 20) -> go.Figur
                              marker={"color": color}, hovertemplate="%{x:.3f} s<extra>" + label + "</extra>"))
     fig = _layout(fig, title="Time per layer (s, summed over steps)", y_title="", date_x=False, barmode="stack",
                   xaxis_title="seconds", height=max(260, 22 * len(rows) + 80))
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
+def memory_plan_bars(offset_plan: dict[str, Any] | None, swap_plan: dict[str, Any] | None) -> go.Figure:
+    """The memory plans side by side (GiB): the lower bound (most bytes live at once), the offset plan's peak,
+    the swap plan's peak and what the caching allocator really reserved."""
+    offset_plan, swap_plan = offset_plan or {}, swap_plan or {}
+    bars = [(label, value, color) for label, value, color in (
+        ("lower bound (max live)", offset_plan.get("lower_bound_bytes"), PALETTE[2]),
+        ("offset plan peak", offset_plan.get("planned_bytes"), PALETTE[0]),
+        ("swap plan peak", swap_plan.get("new_peak_bytes"), PALETTE[4]),
+        ("observed reserved (allocator)", offset_plan.get("observed_reserved_bytes"), PALETTE[3]),
+    ) if value is not None]
+    if not bars:
+        return empty_figure("no memory plan figures", title="Memory plans")
+    fig = go.Figure(go.Bar(y=[b[0] for b in bars][::-1], x=[b[1] / GIB for b in bars][::-1], orientation="h",
+                           marker={"color": [b[2] for b in bars][::-1]},
+                           text=[f"{b[1] / GIB:,.2f} GiB" for b in bars][::-1], textposition="auto",
+                           hovertemplate="%{y}: %{x:.2f} GiB<extra></extra>"))
+    fig = _layout(fig, title="Peak device memory under each plan (GiB)", y_title="", date_x=False,
+                  xaxis_title="GiB", height=60 * len(bars) + 90)
     fig.update_yaxes(automargin=True)
     return fig
 
@@ -175,17 +271,53 @@ def headroom_histogram(headroom: dict[str, Any] | None) -> go.Figure:
                    date_x=False, xaxis_title="headroom (GiB)", bargap=0.02)
 
 
+ENERGY_SOURCE_ORDER = ("hardware_counter", "integrated_power", "mixed", "unrecorded")
+_ENERGY_COLORS = {"hardware_counter": PALETTE[1], "integrated_power": PALETTE[4], "mixed": PALETTE[8],
+                  "unrecorded": PALETTE[7]}
+
+
+def energy_source_shares(timeline: dict[str, Any] | None) -> str:
+    """Where the window's fleet energy came from, e.g. "NVML energy counter 87 %, integrated power 13 %";
+    "unknown" when the API does not say."""
+    from dashboard import format as fmt
+
+    by_source = (timeline or {}).get("energy_by_source_j") or {}
+    totals = {k: sum(v for v in by_source[k] if v is not None) for k in ENERGY_SOURCE_ORDER if k in by_source}
+    total = sum(totals.values())
+    if not total:
+        return fmt.UNKNOWN
+    if len([v for v in totals.values() if v]) == 1:
+        return fmt.energy_source(next(k for k, v in totals.items() if v))
+    return ", ".join(f"{fmt.energy_source(k)} {100 * v / total:.0f} %" for k, v in totals.items() if v)
+
+
 def energy_over_time(timeline: dict[str, Any] | None) -> go.Figure:
+    """Fleet energy per hour (kWh), stacked by where it came from (NVML energy counter, integrated power...)."""
+    from dashboard import format as fmt
+
     hours = (timeline or {}).get("hours") or []
     energy = (timeline or {}).get("energy_j") or []
     if not hours or all(e is None for e in energy):
         return empty_figure("no energy in this window", title="Fleet energy by hour")
-    kwh = _values(energy, 3.6e6)
-    fig = go.Figure(go.Bar(x=epoch_ms(hours) + 1800e3, y=kwh, marker={"color": PALETTE[1]},
-                           customdata=(timeline.get("energy_gpus") or [None] * len(hours)),
-                           hovertemplate="%{x|%Y-%m-%d %H:00} UTC<br>%{y:.2f} kWh from %{customdata} GPUs"
-                                         "<extra></extra>"))
-    return _layout(fig, title="Fleet energy by hour (kWh, integrated power)", y_title="kWh", bargap=0.05)
+    x = epoch_ms(hours) + 1800e3
+    gpus = timeline.get("energy_gpus") or [None] * len(hours)
+    by_source = timeline.get("energy_by_source_j")
+    fig = go.Figure()
+    if by_source:
+        for key in (k for k in ENERGY_SOURCE_ORDER if k in by_source):
+            fig.add_trace(go.Bar(x=x, y=_values(by_source[key], 3.6e6), name=fmt.energy_source(key),
+                                 marker={"color": _ENERGY_COLORS[key]}, customdata=gpus,
+                                 hovertemplate="%{x|%Y-%m-%d %H:00} UTC<br>%{y:.2f} kWh (" + fmt.energy_source(key)
+                                               + ")<br>fleet: %{customdata} GPUs<extra></extra>"))
+        source = energy_source_shares(timeline)
+    else:  # an API that does not say where its energy came from
+        fig.add_trace(go.Bar(x=x, y=_values(energy, 3.6e6), marker={"color": PALETTE[1]}, customdata=gpus,
+                             name="energy", hovertemplate="%{x|%Y-%m-%d %H:00} UTC<br>%{y:.2f} kWh from "
+                                                          "%{customdata} GPUs<extra></extra>"))
+        source = fmt.UNKNOWN
+    return _layout(fig, title="Fleet energy by hour (kWh)", subtitle=f"source: {source}", y_title="kWh", bargap=0.05,
+                   barmode="stack", showlegend=len(fig.data) > 1,
+                   legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0, "traceorder": "normal"})
 
 
 # ------------------------------------------------------------------------------------------------ zoom

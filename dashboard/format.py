@@ -74,6 +74,43 @@ def timestamp(epoch_s: float | None) -> str:
     return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+ENERGY_SOURCES = {
+    "hardware_counter": "NVML energy counter",
+    "integrated_power": "integrated power",
+    "mixed": "NVML energy counter + integrated power",
+    "unrecorded": "source not recorded",
+}
+
+
+def energy_source(value: str | None) -> str:
+    """Where an energy figure came from, in words: the hardware counter (exact) or integrated power samples."""
+    return UNKNOWN if not value else ENERGY_SOURCES.get(value, value.replace("_", " "))
+
+
+# The report's `sources` values, in words (prefix before ":" -> words; the rest is kept as detail).
+SOURCES = {
+    "nvml": "NVML",
+    "cuda_allocator": "PyTorch caching allocator (max_memory_allocated/reserved per step)",
+    "cpu_rss": "process RSS (CPU run)",
+    "framework": "framework hooks",
+    "framework:reserved-allocated": "framework allocator: reserved − allocated",
+    "telemetry": "detected in NVML telemetry",
+    "kineto": "Kineto trace",
+    "energy/framework_steps": "job energy / framework steps",
+    **{k: v for k, v in ENERGY_SOURCES.items()},
+}
+
+
+def source(value: str | None) -> str | None:
+    """A figure's source in words, e.g. "nvml:gpu_util_pct" -> "NVML (gpu_util_pct)"; None stays None."""
+    if not value:
+        return None
+    if value in SOURCES:
+        return SOURCES[value]
+    head, _, detail = value.partition(":")
+    return f"{SOURCES[head]} ({detail})" if head in SOURCES and detail else value
+
+
 def text(value: object) -> str:
     """A user-supplied string for display (Dash escapes it; this only maps None to 'unknown')."""
     return UNKNOWN if value is None or value == "" else str(value)

@@ -43,24 +43,29 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
     return next((d[k] for k in keys if d.get(k) is not None), None)
 
 
-def kpi_cards(summary: dict[str, Any]) -> list[html.Div]:
+def kpi_cards(summary: dict[str, Any], timeline: dict[str, Any] | None = None) -> list[html.Div]:
+    """The summary's figures, each with its unit and source; the energy's source split from the timeline's
+    per-hour sources when there is one."""
+    from dashboard import figures
     from dashboard import format as fmt
     from dashboard.components import kpi
 
     sources = summary.get("sources") or {}
     total, reporting = summary.get("gpus_total"), _first(summary, "gpus", "gpus_reporting")
     unknown_now = summary.get("gpus_unknown_now")
+    energy_source = figures.energy_source_shares(timeline) if timeline else fmt.UNKNOWN
+    energy_source = (_first(summary, "energy_source") or sources.get("energy_j")) if energy_source == fmt.UNKNOWN \
+        else f"{energy_source} (hourly rollups)"
     return [
-        kpi("GPUs", f"{fmt.count(total)} ({fmt.count(reporting)} reporting)", "inventory + hourly rollups",
+        kpi("GPUs", f"{fmt.count(total, 'GPUs')} ({fmt.count(reporting)} reporting)", "inventory + hourly rollups",
             id="kpi-gpus"),
         kpi("Busy share", fmt.fraction_pct(summary.get("busy_fraction")),
             f"{sources.get('busy_gpu_hours', 'hourly rollups')}: {fmt.hours(summary.get('busy_gpu_hours'))} busy "
             f"of {fmt.hours(summary.get('gpu_hours'))}", id="kpi-busy"),
-        kpi("Idle GPUs now", f"{fmt.count(summary.get('idle_gpus_now'))} GPUs"
+        kpi("Idle GPUs now", fmt.count(summary.get("idle_gpus_now"), "GPUs")
             + (f" ({fmt.count(unknown_now)} unknown)" if unknown_now else ""),
             "NVML gpu_util_pct of each GPU's latest sample", id="kpi-idle"),
-        kpi("Energy over window", fmt.energy(summary.get("energy_j")),
-            _first(summary, "energy_source") or sources.get("energy_j"), id="kpi-energy"),
+        kpi("Energy over window", fmt.energy(summary.get("energy_j")), energy_source, id="kpi-energy"),
         kpi("Stranded memory", fmt.gib(_first(summary, "memory_stranded_bytes", "stranded_memory_bytes")),
             _first(sources, "memory_stranded_bytes", "stranded_memory_bytes"), id="kpi-stranded"),
     ]
@@ -80,7 +85,7 @@ def wasteful_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
 def register_callbacks(app: dash.Dash) -> None:
     from dashboard import figures
     from dashboard import format as fmt
-    from dashboard.client import ApiError
+    from dashboard.client import ApiError, gather
     from dashboard.components import client_for, error_box, is_operator, node_link, table
 
     inputs = (Input("fleet-window", "value"), Input("fleet-interval", "n_intervals"), Input("auth", "data"))
@@ -93,46 +98,37 @@ def register_callbacks(app: dash.Dash) -> None:
                         id="fleet-need-operator")
 
     @app.callback(Output("fleet-kpis", "children"), Output("fleet-wasteful", "children"),
-                  Output("fleet-idle", "children"), Output("fleet-updated", "children"), *inputs)
-    def _summary(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+                  Output("fleet-idle", "children"), Output("fleet-updated", "children"),
+                  Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"),
+                  Output("fleet-headroom", "figure"), *inputs)
+    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        """The whole page from three API calls made at once."""
         if (msg := _need_operator(auth)) is not None:
-            return msg, "", "", ""
+            empty = figures.empty_figure("operator token needed")
+            return msg, "", "", "", empty, empty, empty
         try:
             with client_for(auth) as c:
-                s = c.fleet_summary(window)
+                s, t, h = gather(lambda: c.fleet_summary(window), lambda: c.fleet_timeline(window),
+                                 lambda: c.fleet_headroom(window))
         except ApiError as exc:
-            return error_box(exc, id="fleet-error"), "", "", ""
+            s = t = h = exc
+        if isinstance(t, ApiError):
+            heatmap = energy = figures.empty_figure(f"timeline unavailable: {t}")
+        else:
+            heatmap, energy = figures.utilization_heatmap(t), figures.energy_over_time(t)
+        headroom = figures.empty_figure(f"headroom unavailable: {h}") if isinstance(h, ApiError) \
+            else figures.headroom_histogram(h)
+        if isinstance(s, ApiError):
+            return error_box(s, id="fleet-error"), "", "", "", heatmap, energy, headroom
         wasteful = table(["job", "team", "GPUs", "GPU busy", "wasted", "stranded memory", "idle energy"],
                          wasteful_rows(s.get("most_wasteful_jobs") or []), id="fleet-wasteful-table",
                          empty="no job reports in this window")
         idle = table(["node", "GPU", "model", "uuid"],
                      [[node_link(g["node"]), str(g["index"]), fmt.text(g.get("name")), g["uuid"]]
                       for g in s.get("idle_gpus") or []],
-                     empty=f"{fmt.count(s.get('idle_gpus_now'))} idle GPUs now (the API lists none by name)")
-        return kpi_cards(s), wasteful, idle, f"updated {fmt.timestamp(s.get('generated_at'))}"
-
-    @app.callback(Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"), *inputs)
-    def _timeline(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
-        if not is_operator(auth):
-            empty = figures.empty_figure("operator token needed")
-            return empty, empty
-        try:
-            with client_for(auth) as c:
-                t = c.fleet_timeline(window)
-        except ApiError as exc:
-            empty = figures.empty_figure(f"timeline unavailable: {exc}")
-            return empty, empty
-        return figures.utilization_heatmap(t), figures.energy_over_time(t)
-
-    @app.callback(Output("fleet-headroom", "figure"), *inputs)
-    def _headroom(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
-        if not is_operator(auth):
-            return figures.empty_figure("operator token needed")
-        try:
-            with client_for(auth) as c:
-                return figures.headroom_histogram(c.fleet_headroom(window))
-        except ApiError as exc:
-            return figures.empty_figure(f"headroom unavailable: {exc}")
+                     empty=f"{fmt.count(s.get('idle_gpus_now'), 'idle GPUs')} now (the API lists none by name)")
+        kpis = kpi_cards(s, None if isinstance(t, ApiError) else t)
+        return kpis, wasteful, idle, f"updated {fmt.timestamp(s.get('generated_at'))}", heatmap, energy, headroom
 
 
 def register_pages() -> None:

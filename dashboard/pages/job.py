@@ -1,5 +1,15 @@
 """Job report page: memory, power and utilization timelines, step times, layers, energy, recommendations,
-optimization plans, and the HTML report to download."""
+optimization plans, and the HTML report to download.
+
+Two server callbacks, started together when the page opens, each fetching its API data in parallel:
+- `_report`: the job and its stored report -> KPIs, energy, recommendations, plans, layers, GPUs, sources;
+- `_timelines`: memory, power and utilization series (one call: the API reads each GPU's samples once) and the
+  framework steps, downsampled by the API to the plots' width -> the three time plots and the step-time
+  histogram.
+A zoom on any time plot (or its reset) re-runs `_timelines` for the range, so the plots show it at full
+resolution and share one time axis. The browser decides what counts as a zoom (`job-view`, a clientside
+callback): the plots' own autosize events never reach the server.
+"""
 
 from __future__ import annotations
 
@@ -9,29 +19,42 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-
-POINTS_PER_GPU = 1500  # ~ one min/max pair per horizontal pixel of a full-width plot
 _GRAPH_CONFIG = {"displaylogo": False}
+CONTENT_MAX_PX = 1500  # .content max-width in assets/style.css
+_PAGE_PADDING_PX, _ROW_GAP_PX, _PLOT_MARGINS_PX = 48, 12, 80
 
 
 def layout(job_id: str | None = None, **_: Any) -> html.Div:
     from urllib.parse import unquote
 
     job_id = unquote(job_id or "")
+
+    def half(graph_id: str) -> html.Div:
+        return html.Div(dcc.Graph(id=graph_id, config=_GRAPH_CONFIG), className="half")
+
     return html.Div([
         dcc.Store(id="job-id", data=job_id),
-        dcc.Store(id="job-capacity"),
+        dcc.Store(id="job-view"),
         html.Div([html.H2(["Job ", html.Span(job_id, id="job-title")]),
                   html.Button("Download HTML report", id="job-download-button", n_clicks=0),
                   dcc.Download(id="job-download")], className="page-head"),
         dcc.Loading(html.Div(id="job-summary"), type="dot"),
-        dcc.Graph(id="job-memory", config=_GRAPH_CONFIG),
-        html.Div([html.Div(dcc.Graph(id="job-power", config=_GRAPH_CONFIG), className="half"),
-                  html.Div(dcc.Graph(id="job-util", config=_GRAPH_CONFIG), className="half")], className="row"),
-        html.P("Drag on a plot to zoom: the series is fetched again at full resolution for the range. "
+        html.P("Drag on a time plot to zoom: all three are fetched again at full resolution for the range. "
                "Double-click to reset.", className="muted"),
+        dcc.Graph(id="job-memory", config=_GRAPH_CONFIG),
+        html.Div([half("job-power"), half("job-util")], className="row"),
+        html.Div([half("job-step-hist"), half("job-layer-bars")], className="row"),
         html.Div(id="job-details"),
     ])
+
+
+def plot_points(width_px: int | None, *, half: bool) -> int:
+    """Points per GPU to ask the API for, from the browser window's width and the page layout: one bucket (its
+    min and max) per two pixels of the plot area. Finer is not visibly different, and the plots take twice as
+    long to draw (bench/dashboard.py)."""
+    content = min(width_px or 1400, CONTENT_MAX_PX) - _PAGE_PADDING_PX
+    plot = (content - _ROW_GAP_PX) / 2 if half else content
+    return int(min(max(plot - _PLOT_MARGINS_PX, 100), 2500))
 
 
 # ------------------------------------------------------------------------------------------------ pieces
@@ -51,23 +74,27 @@ def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
     ]], id="job-meta")
     replay = (job.get("metadata") or {}).get("replay")
     kpis = html.Div([
-        kpi("Peak memory used", fmt.gib(mem.get("peak_used_bytes")), src.get("memory.peak_used_bytes"),
+        kpi("Peak memory used", fmt.gib(mem.get("peak_used_bytes")), fmt.source(src.get("memory.peak_used_bytes")),
             id="job-peak-used"),
-        kpi("Peak allocated", fmt.gib(mem.get("peak_allocated_bytes")), src.get("memory.peak_allocated_bytes"),
-            id="job-peak-allocated"),
-        kpi("Peak reserved", fmt.gib(mem.get("peak_reserved_bytes")), src.get("memory.peak_reserved_bytes"),
-            id="job-peak-reserved"),
-        kpi("Headroom at peak", fmt.gib(mem.get("headroom_bytes")), "capacity − NVML peak", id="job-headroom"),
-        kpi("Fragmentation", fmt.gib(mem.get("fragmentation_bytes")), src.get("memory.fragmentation_bytes"),
+        kpi("Peak allocated", fmt.gib(mem.get("peak_allocated_bytes")),
+            fmt.source(src.get("memory.peak_allocated_bytes")), id="job-peak-allocated"),
+        kpi("Peak reserved", fmt.gib(mem.get("peak_reserved_bytes")),
+            fmt.source(src.get("memory.peak_reserved_bytes")), id="job-peak-reserved"),
+        kpi("Headroom at peak", fmt.gib(mem.get("headroom_bytes")), "GPU capacity − NVML peak used",
+            id="job-headroom"),
+        kpi("Fragmentation", fmt.gib(mem.get("fragmentation_bytes")), fmt.source(src.get("memory.fragmentation_bytes")),
             id="job-fragmentation"),
         kpi("GPU utilization (mean / p95)", f"{fmt.pct(ut.get('gpu_mean_pct'))} / {fmt.pct(ut.get('gpu_p95_pct'))}",
-            src.get("utilization.gpu_mean_pct"), id="job-util-mean"),
-        kpi("GPU busy", fmt.fraction_pct(tm.get("gpu_busy_fraction")), src.get("time.gpu_busy_fraction"),
+            fmt.source(src.get("utilization.gpu_mean_pct")), id="job-util-mean"),
+        kpi("GPU busy", fmt.fraction_pct(tm.get("gpu_busy_fraction")), fmt.source(src.get("time.gpu_busy_fraction")),
             id="job-busy"),
-        kpi("Steps", fmt.count(tm.get("steps")), src.get("time.steps"), id="job-steps"),
+        kpi("Steps", fmt.count(tm.get("steps"), "steps"), fmt.source(src.get("time.steps")), id="job-steps"),
         kpi("Step time p50 / p95", f"{fmt.seconds(step.get('p50'))} / {fmt.seconds(step.get('p95'))}",
-            src.get("time.steps"), id="job-step-time"),
-        kpi("Iteration period", fmt.seconds(tm.get("period_s")), src.get("time.period_s"), id="job-period"),
+            fmt.source(src.get("time.steps")), id="job-step-time"),
+        kpi("Throughput", fmt.count(tm.get("samples_per_s"), "samples/s"),
+            fmt.source(src.get("time.steps")) if tm.get("samples_per_s") is not None else None, id="job-throughput"),
+        kpi("Iteration period", fmt.seconds(tm.get("period_s")), fmt.source(src.get("time.period_s")),
+            id="job-period"),
     ], className="kpis")
     warnings = []
     if mem.get("oom_detected") or mem.get("oom_suspected"):
@@ -85,22 +112,27 @@ def energy_card(report: dict[str, Any]) -> html.Section:
     from dashboard.components import section, table
 
     e = report.get("energy") or {}
-    source = e.get("source")
-    source_text = {"counter": "NVML total-energy counter (hardware)",
-                   "integrated_power": "integrated power samples (no hardware energy counter)"}.get(source, source)
+    source = fmt.energy_source(e.get("source"))
+    if e.get("source") == "mixed":
+        source += " (some GPUs or intervals had no usable counter)"
+    if e.get("counter_resets"):
+        source += f"; {e['counter_resets']:,} counter resets bridged with integrated power"
+
+    def kwh(value: float | None, extra: str = "") -> str:
+        return fmt.UNKNOWN if value is None else f"{value:,.4f} kWh{extra}"
+
     rows = [
-        ["energy", fmt.energy(e.get("energy_j"))], ["kWh (GPU)", fmt.count(e.get("kwh")) if e.get("kwh") is None
-                                                    else f"{e['kwh']:.4f} kWh"],
-        ["facility kWh (× PUE)", fmt.UNKNOWN if e.get("facility_kwh") is None else
-         f"{e['facility_kwh']:.4f} kWh (PUE {e.get('pue')})"],
-        ["mean power", fmt.watts(e.get("mean_power_w"))],
+        ["energy (all GPUs)", fmt.energy(e.get("energy_j"))],
+        ["GPU energy", kwh(e.get("kwh"))],
+        ["facility energy (× PUE)", kwh(e.get("facility_kwh"), f" (PUE {e['pue']})" if e.get("pue") else "")],
+        ["mean power (all GPUs)", fmt.watts(e.get("mean_power_w"))],
         ["energy per step", fmt.energy(e.get("energy_per_step_j"))],
         ["energy per sample", fmt.energy(e.get("per_sample_j"))],
         ["idle energy", f"{fmt.energy(e.get('idle_energy_j'))} ({fmt.fraction_pct(e.get('idle_energy_fraction'))})"],
         ["CO2e", f"{fmt.grams(e.get('co2e_g'))} at {fmt.count(e.get('grid_intensity_g_per_kwh'), 'g/kWh')}"],
         ["cost", f"{fmt.usd(e.get('cost_usd'))} at {fmt.usd(e.get('price_per_kwh_usd'))}/kWh"],
     ]
-    return section("Energy", html.P(["source: ", html.B(fmt.text(source_text), id="job-energy-source")]),
+    return section("Energy", html.P(["source: ", html.B(source, id="job-energy-source")]),
                    table(["", "value"], rows, id="job-energy"), id="job-energy-card")
 
 
@@ -112,7 +144,7 @@ def recommendations_section(report: dict[str, Any]) -> html.Section:
     items = []
     for r in recs:
         saving = r.get("saving")
-        saving_text = ", ".join(f"{k}: {by_suffix(k, v)}" for k, v in saving.items()) if isinstance(saving, dict) \
+        saving_text = ", ".join(by_suffix(k, v) for k, v in saving.items()) if isinstance(saving, dict) \
             else fmt.text(saving) if saving is not None else None
         items.append(html.Li([html.B(fmt.text(r.get("summary"))), html.Span(f" ({r.get('kind')})", className="muted"),
                               html.Div(["why: ", fmt.text(r.get("reason"))]),
@@ -121,36 +153,101 @@ def recommendations_section(report: dict[str, Any]) -> html.Section:
     return section("Recommendations", body)
 
 
+def _plan_table(plan: dict[str, Any], keys: tuple[str, ...]) -> html.Table | html.Div:
+    from dashboard.components import by_suffix, table
+
+    return table(["", "value"], [[k.replace("_", " "), by_suffix(k, plan.get(k))] for k in keys if k in plan])
+
+
 def optimization_section(report: dict[str, Any]) -> html.Section | None:
-    """Offset / swap plans and findings, drawn from whatever fields the plan carries (units from the names)."""
+    """Offset plan (planned peak vs observed reserved vs the lower bound), swap plan, fragmentation findings,
+    from the job's allocation trace; any other part of the plan as a table of its fields."""
+    from dashboard import figures
+    from dashboard import format as fmt
     from dashboard.components import by_suffix, section, table
 
     opt = report.get("optimization")
     if not opt:
         return None
-    parts: list[Any] = []
-    for name, plan in opt.items():
-        title = name.replace("_", " ")
+    parts: list[Any] = [html.P(["from ", html.B(fmt.text((report.get("sources") or {}).get("optimization")
+                                                         or opt.get("source")))], className="muted")]
+    offset, swap = opt.get("offset_plan"), opt.get("swap_plan")
+    if offset or swap:
+        parts.append(dcc.Graph(figure=figures.memory_plan_bars(offset, swap), config=_GRAPH_CONFIG,
+                               id="job-plan-bars"))
+    if isinstance(offset, dict):
+        parts += [html.H4("Offset plan (2D rectangle packing of the traced allocations)"),
+                  html.P(offset_plan_sentence(offset), id="job-offset-plan"),
+                  _plan_table(offset, ("allocations", "algorithm", "lower_bound_bytes", "planned_bytes",
+                                       "observed_reserved_bytes", "potential_saving_bytes",
+                                       "overhead_vs_lower_bound_fraction", "untracked_live_bytes", "device"))]
+    if isinstance(swap, dict):
+        parts += [html.H4("Swap / offload plan"), html.P(swap_plan_sentence(swap), id="job-swap-plan"),
+                  _plan_table(swap, ("tensors_swapped", "saved_bytes", "old_peak_bytes", "new_peak_bytes",
+                                     "pinned_host_bytes", "pcie_bandwidth_bytes_per_s", "pcie_bandwidth_source",
+                                     "projected_slowdown_fraction", "forced_stall_per_step_s", "candidate_rule",
+                                     "approximation"))]
+        tensors = swap.get("tensors") or []
+        if tensors:
+            cols = ("allocation", "size_bytes", "offload_start_s", "offload_end_s", "prefetch_start_s",
+                    "prefetch_end_s", "idle_window_s")
+            parts += [html.H5(f"largest swapped tensors ({len(tensors):,}; times from the "
+                              f"{fmt.text(swap.get('times_relative_to'))})"),
+                      table([c.replace("_", " ") for c in cols],
+                            [[by_suffix(c, t.get(c)) if c != "allocation" else fmt.text(t.get(c)) for c in cols]
+                             for t in tensors[:15]])]
+    findings = opt.get("fragmentation")
+    if isinstance(findings, list) and findings:
+        parts += [html.H4("Fragmentation findings"),
+                  table(["finding", "why", "waste", "saving"],
+                        [[fmt.text(f.get("summary")), fmt.text(f.get("reason")),
+                          by_suffix("waste_bytes", f.get("waste_bytes")), by_suffix("saving_bytes", f.get("saving_bytes"))]
+                         for f in findings], id="job-fragmentation-findings")]
+    for name, plan in opt.items():  # parts this page does not know yet: their fields, units from the names
+        if name in ("offset_plan", "swap_plan", "fragmentation", "source", "notes") or not plan:
+            continue
         if isinstance(plan, dict):
-            scalars = [[k.replace("_", " "), by_suffix(k, v)] for k, v in plan.items()
-                       if not isinstance(v, (dict, list))]
-            lists = [(k, v) for k, v in plan.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
-            parts.append(html.H4(title))
-            parts.append(table(["", "value"], scalars, empty="no figures"))
-            for k, rows in lists:
-                cols = [c for c in rows[0] if not isinstance(rows[0][c], (dict, list))][:8]
-                parts.append(html.H5(f"{k.replace('_', ' ')} ({len(rows)})"))
-                parts.append(table(cols, [[by_suffix(c, r.get(c)) for c in cols] for r in rows[:25]]))
-        elif isinstance(plan, list) and plan and isinstance(plan[0], dict):
-            cols = [c for c in plan[0] if not isinstance(plan[0][c], (dict, list))][:8]
-            parts += [html.H4(title), table(cols, [[by_suffix(c, r.get(c)) for c in cols] for r in plan[:25]])]
-        else:
-            parts += [html.H4(title), html.Div(by_suffix(name, plan))]
+            parts += [html.H4(name.replace("_", " ")),
+                      table(["", "value"], [[k.replace("_", " "), by_suffix(k, v)] for k, v in plan.items()
+                                            if not isinstance(v, (dict, list))])]
+        elif not isinstance(plan, list):
+            parts += [html.H4(name.replace("_", " ")), html.Div(by_suffix(name, plan))]
+    for note in opt.get("notes") or []:
+        parts.append(html.P(fmt.text(note), className="muted"))
     return section("Optimization plans", *parts, id="job-optimization")
 
 
+def offset_plan_sentence(plan: dict[str, Any]) -> str:
+    from dashboard import format as fmt
+
+    planned, bound, observed = plan.get("planned_bytes"), plan.get("lower_bound_bytes"), \
+        plan.get("observed_reserved_bytes")
+    text = f"Placing every traced allocation at a planned offset needs {fmt.gib(planned)}"
+    if plan.get("overhead_vs_lower_bound_fraction") is not None:
+        text += f", {fmt.fraction_pct(plan['overhead_vs_lower_bound_fraction'])} above the lower bound"
+    text += f" of {fmt.gib(bound)} (the most bytes ever live at once)"
+    if observed is not None:
+        text += f"; the caching allocator reserved {fmt.gib(observed)}"
+        if plan.get("potential_saving_bytes") is not None:
+            text += f": up to {fmt.gib(plan['potential_saving_bytes'])} less"
+    return text + "."
+
+
+def swap_plan_sentence(plan: dict[str, Any]) -> str:
+    from dashboard import format as fmt
+
+    text = (f"Offloading {fmt.count(plan.get('tensors_swapped'), 'tensors')} to host memory during their idle "
+            f"windows lowers the peak from {fmt.gib(plan.get('old_peak_bytes'))} to "
+            f"{fmt.gib(plan.get('new_peak_bytes'))} ({fmt.gib(plan.get('saved_bytes'))} saved)")
+    if plan.get("pcie_bandwidth_bytes_per_s"):
+        text += (f" over PCIe at {plan['pcie_bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s "
+                 f"({fmt.text(plan.get('pcie_bandwidth_source'))})")
+    if plan.get("projected_slowdown_fraction") is not None:
+        text += f", projected slowdown {fmt.fraction_pct(plan['projected_slowdown_fraction'], 2)}"
+    return text + "."
+
+
 def layers_section(report: dict[str, Any]) -> html.Section:
-    from dashboard import figures
     from dashboard import format as fmt
     from dashboard.components import section, table
 
@@ -158,11 +255,9 @@ def layers_section(report: dict[str, Any]) -> html.Section:
     rows = [[fmt.text(r.get("module")), fmt.text(r.get("module_type")), fmt.seconds(r.get("forward_s")),
              fmt.seconds(r.get("backward_s")), fmt.seconds(r.get("total_s")), fmt.fraction_pct(r.get("time_fraction")),
              fmt.gib(r.get("activation_bytes"), 3), fmt.count(r.get("calls"))] for r in layers]
-    children: list[Any] = [table(["module", "type", "forward", "backward", "total", "share", "activations", "calls"],
-                                 rows, id="job-layers", empty="no per-layer data: the job ran without framework hooks")]
-    if layers:
-        children.insert(0, dcc.Graph(figure=figures.layer_time_bars(layers), config=_GRAPH_CONFIG))
-    return section("Layers (framework hooks)", *children)
+    return section("Layers (framework hooks)",
+                   table(["module", "type", "forward", "backward", "total", "share", "activations", "calls"],
+                         rows, id="job-layers", empty="no per-layer data: the job ran without framework hooks"))
 
 
 def gpus_section(report: dict[str, Any]) -> html.Section:
@@ -171,113 +266,120 @@ def gpus_section(report: dict[str, Any]) -> html.Section:
 
     rows = [[g.get("uuid"), fmt.text(g.get("name")), fmt.gib(g.get("memory_total_bytes")),
              fmt.gib(g.get("peak_used_bytes")), fmt.gib(g.get("headroom_bytes")), fmt.pct(g.get("gpu_util_mean_pct")),
-             fmt.watts(g.get("mean_power_w")), f"{fmt.energy(g.get('energy_j'))} ({fmt.text(g.get('energy_source'))})",
+             fmt.watts(g.get("mean_power_w")),
+             f"{fmt.energy(g.get('energy_j'))} ({fmt.energy_source(g.get('energy_source'))})",
              fmt.count(g.get("samples"))] for g in report.get("gpus") or []]
-    return section("GPUs", table(["uuid", "model", "capacity", "peak used (NVML)", "headroom", "mean util",
-                                  "mean power", "energy (source)", "samples"], rows, id="job-gpus"))
+    return section("GPUs (NVML)", table(["uuid", "model", "capacity", "peak used", "headroom", "mean util",
+                                         "mean power", "energy (source)", "samples"], rows, id="job-gpus"))
 
 
 def sources_section(report: dict[str, Any]) -> html.Section:
     from dashboard import format as fmt
     from dashboard.components import section, table
 
-    rows = [[k, fmt.text(v) if v is not None else "unknown (not measured)"]
+    rows = [[k, fmt.source(v) if v is not None else "unknown (not measured)"]
             for k, v in sorted((report.get("sources") or {}).items())]
     return section("Where each figure came from", table(["figure", "source"], rows))
 
 
-def _capacity(report: dict[str, Any] | None) -> float | None:
-    caps = [g.get("memory_total_bytes") for g in (report or {}).get("gpus") or [] if g.get("memory_total_bytes")]
-    return max(caps) if caps else None
-
-
 # ------------------------------------------------------------------------------------------------ callbacks
+
+# What counts as a change of view, decided in the browser: a zoom (an x range) or its reset on one of the time
+# plots; anything else (the plots' own autosize, a y-only zoom) stays in the browser. The relayout itself is
+# parsed on the server (figures.relayout_range).
+_VIEW_JS = """
+function(jobId, auth, memory, power, util, current) {
+    const view = (relayout) => ({job_id: jobId, width_px: window.innerWidth, relayout: relayout});
+    const ctx = dash_clientside.callback_context;
+    const zooms = (ctx.triggered || []).filter(t => t.prop_id.endsWith('.relayoutData'));
+    if (!zooms.length || zooms.length !== ctx.triggered.length || !current || current.job_id !== jobId) {
+        return view(null);  // page opened, or signed in again
+    }
+    const byId = {'job-memory': memory, 'job-power': power, 'job-util': util};
+    const r = byId[zooms[0].prop_id.split('.')[0]] || {};
+    if (r['xaxis.autorange']) {
+        return current.relayout ? view(null) : dash_clientside.no_update;
+    }
+    if ('xaxis.range[0]' in r || 'xaxis.range' in r) {
+        const keep = {};
+        for (const k of ['xaxis.range[0]', 'xaxis.range[1]', 'xaxis.range']) { if (k in r) keep[k] = r[k]; }
+        return view(keep);
+    }
+    return dash_clientside.no_update;
+}
+"""
 
 
 def register_callbacks(app: dash.Dash) -> None:
     from dashboard import figures
-    from dashboard.client import ApiError
+    from dashboard.client import ApiError, gather
     from dashboard.components import client_for, error_box
 
     @app.callback(Output("job-summary", "children"), Output("job-details", "children"),
-                  Output("job-title", "children"), Output("job-capacity", "data"), Output("job-memory", "figure"),
+                  Output("job-title", "children"), Output("job-layer-bars", "figure"),
                   Input("job-id", "data"), Input("auth", "data"))
     def _report(job_id: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
         from dashboard.format import text
 
         try:
             with client_for(auth) as c:
-                job = c.job(job_id)
-                report = c.report(job_id)
-                try:
-                    steps = c.steps(job_id)
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
-                    steps = None  # this API does not serve per-step series
-                used = c.timeseries(job_id, "memory_used_bytes", points=POINTS_PER_GPU)
+                job, report = gather(lambda: c.job(job_id), lambda: c.report(job_id))
         except ApiError as exc:
-            return (error_box(exc, id="job-error"), [], job_id, dash.no_update,
-                    figures.empty_figure("not available", title="Device memory"))
-        step = (report.get("time") or {}).get("step_time_s") or {}
-        hist = figures.step_time_histogram((steps or {}).get("wall_s") or [], p50_s=step.get("p50"),
-                                           p95_s=step.get("p95"))
+            job = report = exc
+        for answer in (job, report):
+            if isinstance(answer, ApiError):
+                return error_box(answer, id="job-error"), [], job_id, figures.empty_figure("not available")
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
-                   dcc.Graph(id="job-step-hist", figure=hist, config=_GRAPH_CONFIG), optimization_section(report), layers_section(report), gpus_section(report), sources_section(report)]
+                   optimization_section(report), layers_section(report), gpus_section(report),
+                   sources_section(report)]
         title = [job_id, html.Span(f" · {text(job.get('name'))}", className="muted")] if job.get("name") else job_id
-        capacity = {"capacity_bytes": _capacity(report), "has_steps": bool(steps and steps.get("count"))}
-        memory = figures.memory_timeline(used, steps, capacity["capacity_bytes"])
-        return summary_section(job, report), [d for d in details if d is not None], title, capacity, memory
+        layers = figures.layer_time_bars((report.get("time") or {}).get("layers") or [])
+        return summary_section(job, report), [d for d in details if d is not None], title, layers
 
-    def _range(relayout: dict[str, Any] | None) -> tuple[float | None, float | None]:
-        """since/until for this call; PreventUpdate when only the plot's layout changed and it is not a zoom.
+    app.clientside_callback(_VIEW_JS, Output("job-view", "data"), Input("job-id", "data"), Input("auth", "data"),
+                            Input("job-memory", "relayoutData"), Input("job-power", "relayoutData"),
+                            Input("job-util", "relayoutData"), State("job-view", "data"))
 
-        Several inputs can arrive in one call (e.g. the report's capacity and the plot's first autosize):
-        anything but relayoutData among them means a fresh draw of the whole job."""
-        triggered = set(dash.ctx.triggered_prop_ids)
-        if triggered and all(t.endswith(".relayoutData") for t in triggered):
-            rng = figures.relayout_range(relayout)
-            if rng is None:
-                raise PreventUpdate
-            if rng is not False:
-                return rng  # type: ignore[return-value]
-        return None, None
-
-    @app.callback(Output("job-memory", "figure", allow_duplicate=True), Input("job-memory", "relayoutData"),
-                  State("job-id", "data"), State("job-capacity", "data"), State("auth", "data"),
-                  prevent_initial_call=True)
-    def _memory_zoom(relayout: dict[str, Any] | None, job_id: str,  # type: ignore[no-untyped-def]
-                     capacity: dict[str, Any] | None, auth: dict[str, Any] | None):
-        """Zoom (or reset) on the memory plot: the range again at full resolution."""
-        if capacity is None:
+    @app.callback(Output("job-memory", "figure"), Output("job-power", "figure"), Output("job-util", "figure"),
+                  Output("job-step-hist", "figure"), Input("job-view", "data"), State("auth", "data"))
+    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+        """The time plots and step times for the view's range (the whole job when not zoomed)."""
+        if not view or not view.get("job_id"):
             raise PreventUpdate
-        since, until = _range(relayout)
+        job_id = view["job_id"]
+        rng = figures.relayout_range(view.get("relayout"))
+        since, until = rng if isinstance(rng, tuple) else (None, None)
+        full, half = plot_points(view.get("width_px"), half=False), plot_points(view.get("width_px"), half=True)
         try:
             with client_for(auth) as c:
-                used = c.timeseries(job_id, "memory_used_bytes", points=POINTS_PER_GPU, since=since, until=until)
-                steps = c.steps(job_id, since=since, until=until) if capacity.get("has_steps") else None
+                series, steps = gather(
+                    lambda: c.timeseries_batch(job_id, {"memory_used_bytes": full, "power_w": half,
+                                                        "gpu_util_pct": half}, since=since, until=until),
+                    lambda: c.steps(job_id, since=since, until=until, points=full // 2))
         except ApiError as exc:
-            return figures.empty_figure(str(exc), title="Device memory")
-        return figures.memory_timeline(used, steps, capacity.get("capacity_bytes"))
+            series = steps = exc
+        if isinstance(series, ApiError):
+            used = power = util = series
+        else:
+            used, power, util = series["memory_used_bytes"], series["power_w"], series["gpu_util_pct"]
+        if isinstance(steps, ApiError) and steps.status in (404, 405):
+            steps = None  # an API without per-step series
+        x_range = (since, until) if since is not None and until is not None else None
 
-    def _metric_callback(graph: str, metric: str, title: str, y_title: str, unit: str) -> None:
-        @app.callback(Output(graph, "figure"), Input("job-id", "data"), Input("auth", "data"),
-                      Input(graph, "relayoutData"), State(graph, "figure"))
-        def _cb(job_id: str, auth: dict[str, Any] | None, relayout: dict[str, Any] | None,  # type: ignore[no-untyped-def]
-                current: dict[str, Any] | None):
-            # Until the plot holds data, any trigger (the graph's own first autosize included) is a first draw.
-            drawn = bool(current and current.get("data"))
-            since, until = _range(relayout) if drawn else (None, None)
-            try:
-                with client_for(auth) as c:
-                    data = c.timeseries(job_id, metric, points=POINTS_PER_GPU, since=since, until=until)
-            except ApiError as exc:
-                return figures.empty_figure(str(exc), title=title)
-            return figures.metric_timeline(data, title=title, y_title=y_title, hover_unit=unit, uirevision=graph)
+        def fig(answer: Any, build: Any, title: str) -> Any:
+            return figures.empty_figure(str(answer), title=title) if isinstance(answer, ApiError) else build(answer)
 
-    _metric_callback("job-power", "power_w", "Power (W, NVML)", "W", "W")
-    _metric_callback("job-util", "gpu_util_pct", "GPU utilization (%, NVML)", "%", "%")
+        hist_title = "Step time"
+        return (
+            fig(used, lambda u: figures.memory_timeline(
+                u, None if isinstance(steps, ApiError) else steps, x_range=x_range), "Device memory"),
+            fig(power, lambda p: figures.metric_timeline(p, title="Power (W, NVML)", y_title="W", hover_unit="W",
+                                                         x_range=x_range), "Power"),
+            fig(util, lambda u: figures.metric_timeline(u, title="GPU utilization (%, NVML)", y_title="%",
+                                                        hover_unit="%", x_range=x_range), "GPU utilization"),
+            fig(steps, lambda s: figures.step_time_histogram(s, zoomed=x_range is not None), hist_title),
+        )
 
     @app.callback(Output("job-download", "data"), Input("job-download-button", "n_clicks"), State("job-id", "data"),
                   State("auth", "data"), prevent_initial_call=True)

@@ -9,6 +9,48 @@ from collections.abc import Iterator
 
 import pytest
 
+# Installed before any page script runs (Page.addScriptToEvaluateOnNewDocument): records each Dash callback
+# request in window.__fpCalls (outputs, start/end in the page's clock, response size), how many are in flight,
+# and each plotly draw in window.__fpPlots. Used by the browser tests and bench/dashboard.py.
+PAGE_PROBE_JS = """
+(() => {
+  const orig = window.fetch;
+  window.__fpCalls = []; window.__fpInflight = 0;
+  window.fetch = async function(input, init) {
+    const url = typeof input === 'string' ? input : input.url;
+    if (!url.includes('_dash-update-component')) return orig.apply(this, arguments);
+    const rec = {t0: performance.now(), output: '?'};
+    try { const b = JSON.parse(init.body); rec.output = b.output; rec.changed = b.changedPropIds; } catch (e) {}
+    window.__fpCalls.push(rec); window.__fpInflight++;
+    try {
+      const resp = await orig.apply(this, arguments);
+      rec.status = resp.status; rec.t1 = performance.now();
+      const text = await resp.clone().text();
+      rec.bytes = text.length; rec.t2 = performance.now();
+      return resp;
+    } finally { setTimeout(() => { window.__fpInflight--; }, 0); }
+  };
+  // Plotly's own drawing time per call (plotly.js is loaded later, by the first graph)
+  window.__fpPlots = [];
+  let plotly;
+  Object.defineProperty(window, 'Plotly', {configurable: true, get() { return plotly; }, set(v) {
+    plotly = v;
+    for (const name of ['react', 'newPlot']) {
+      const orig = v[name];
+      v[name] = function(gd) {
+        const rec = {fn: name, id: (gd && gd.parentElement && gd.parentElement.id) || (gd && gd.id) || '?',
+                     t0: performance.now()};
+        window.__fpPlots.push(rec);
+        const out = orig.apply(this, arguments);
+        Promise.resolve(out).then(() => { rec.t1 = performance.now(); });
+        return out;
+      };
+    }
+  }});
+})();
+"""
+
+
 CHROME_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--enable-unsafe-swiftshader", "--window-size=1400,1000")
 

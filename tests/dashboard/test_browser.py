@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import httpx
 import pytest
 
 from dashboard import format as fmt
-from tests.dashboard.conftest import replay
-from tests.server.helpers import auth
+from tests.dashboard.conftest import PAGE_PROBE_JS, replay
+from tests.server.helpers import auth, gz, sample_batch
 
 pytestmark = pytest.mark.browser
 
 H100 = "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+ALLOCATION_TRACE = "kineto/hta/df_index_resolver/df_index_resolver.json.gz"  # a Kineto trace with [memory] events
 XSS = "<script>alert(1)</script>"
 TIMEOUT_S = 20
 
@@ -160,3 +164,218 @@ def test_sign_in_form(chrome, dashboard_url, seeded) -> None:  # type: ignore[no
     driver.find_element(By.ID, "signin-submit").click()
     _wait(driver, "#whoami", "team")
     _wait(driver, "#jobs-list", "vision-h100")  # a team lands on its jobs
+
+
+# ------------------------------------------------------------------------------------------------ job page parts
+
+HOOKS_SAMPLES_S = 1200
+HOOKS_STEPS = 150
+
+
+def _post_gz(url: str, token: str, payload: object) -> None:
+    r = httpx.post(url, content=gz(payload), timeout=60,
+                   headers={**auth(token), "Content-Encoding": "gzip", "Content-Type": "application/json"})
+    assert r.status_code < 300, r.text
+
+
+@pytest.fixture
+def hooks_job(live_server, make_token, shared_data):  # type: ignore[no-untyped-def]
+    """A finished 2-GPU job of team vision: NVML telemetry with the energy counter, the framework hooks' steps
+    and layer timings, and an allocation trace (so that its report carries offset and swap plans). Plus a node
+    without an energy counter, so that the fleet's energy has two sources."""
+    team, operator = make_token("team", team="vision"), make_token("operator")
+    t0 = time.time() - 7200
+    for node, counter in (("hooks-node", True), ("old-node", False)):
+        batch = sample_batch(node=node, agent_id=f"agent-{node}", n=HOOKS_SAMPLES_S, gpus=2, t0=t0)
+        if counter:  # NVML total-energy counter, J, per GPU
+            batch["samples"]["energy_counter_j"] = [1e6 + 150.0 * (j // 2) for j in range(len(batch["samples"]["ts"]))]
+        _post_gz(f"{live_server}/api/v1/ingest/samples", make_token("agent", node=node), batch)
+    uuids = ["GPU-hooks-node-0", "GPU-hooks-node-1"]
+    r = httpx.post(f"{live_server}/api/v1/jobs", headers=auth(team), timeout=30, json={
+        "job_id": "hooks-job", "team": "vision", "node": "hooks-node", "gpu_uuids": uuids, "state": "finished",
+        "started_at": t0, "ended_at": t0 + HOOKS_SAMPLES_S - 1, "name": "resnet with hooks", "batch_size": 32})
+    r.raise_for_status()
+    events = []
+    for rank in (0, 1):
+        for step in range(HOOKS_STEPS):
+            ts = t0 + 6.0 * (step + 1)
+            events.append({"kind": "step", "job_id": "hooks-job", "rank": rank, "step": step, "ts": ts,
+                           "wall_s": 6.0 + 0.01 * (step % 7) + 0.02 * rank, "samples": 32,
+                           "allocated_peak_bytes": (400 + step % 50) * 2**20, "reserved_peak_bytes": 600 * 2**20,
+                           "memory_source": "cuda_allocator"})
+            if step % 50 == 0:
+                events += [{"kind": "layer", "job_id": "hooks-job", "rank": rank, "step": step, "ts": ts,
+                            "module": m, "module_type": "Conv2d", "forward_s": f, "backward_s": 2 * f,
+                            "activation_bytes": 2**20, "calls": 1} for m, f in (("conv1", 0.2), ("layer1", 0.5))]
+    _post_gz(f"{live_server}/api/v1/ingest/events", team,
+             {"protocol_version": 1, "source_id": "hooks", "seq": 0, "sent_at": time.time(), "events": events})
+    trace = (shared_data / ALLOCATION_TRACE).read_bytes()
+    r = httpx.post(f"{live_server}/api/v1/jobs/hooks-job/traces", content=trace, timeout=120,
+                   params={"filename": "df_index_resolver.json.gz"},
+                   headers={**auth(team), "Content-Type": "application/gzip"})
+    assert r.status_code == 200, r.text
+    report = httpx.get(f"{live_server}/api/v1/jobs/hooks-job/report", params={"refresh": "true"},
+                       headers=auth(team), timeout=120).json()
+    return {"team": team, "operator": operator, "t0": t0, "report": report}
+
+
+PLOT_JS = """
+const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+if (!gd || !gd._fullData || !gd._fullLayout) return null;
+const xa = gd._fullLayout.xaxis;
+return {
+  traces: gd._fullData.map(t => {
+    const x = t.x ? Array.from(t.x).filter(v => v !== null && !Number.isNaN(v)) : [];
+    return {name: t.name, type: t.type, n: x.length, xmin: x.length ? Math.min(...x) : null,
+            xmax: x.length ? Math.max(...x) : null};
+  }),
+  shapes: (gd._fullLayout.shapes || []).length,
+  title: gd._fullLayout.title.text, subtitle: (gd._fullLayout.title.subtitle || {}).text,
+  range: xa && xa.range ? [xa.r2l(xa.range[0]), xa.r2l(xa.range[1])] : null,
+};
+"""
+
+
+def _has_points(p: dict) -> bool:
+    return bool(p["traces"]) and all(t["n"] >= 2 for t in p["traces"])
+
+
+def _plot(driver, graph: str, ready=_has_points):  # type: ignore[no-untyped-def]
+    """The drawn state of a plot (decoded traces, shapes, title, x range in epoch ms), once `ready` holds."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    state: dict = {}
+
+    def check(d) -> bool:  # type: ignore[no-untyped-def]
+        p = d.execute_script(PLOT_JS, graph)
+        state["plot"] = p
+        return p is not None and ready(p)
+
+    try:
+        WebDriverWait(driver, 30).until(check)
+    except Exception as exc:  # the last state seen says what was missing
+        raise AssertionError(f"{graph}: {state.get('plot')}") from exc
+    return state["plot"]
+
+
+def test_job_page_has_every_part(chrome, dashboard_url, hooks_job, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Memory (NVML vs allocator vs capacity), power, utilization, step times, layers, energy with its source,
+    recommendations with reasons, optimization plans and the HTML report download."""
+    from selenium.webdriver.common.by import By
+
+    driver = chrome
+    driver.get_log("browser")
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    _sign_in(driver, dashboard_url, hooks_job["team"], "team")
+    driver.get(f"{dashboard_url}/jobs/hooks-job")
+
+    memory = _plot(driver, "job-memory")
+    names = [t["name"] for t in memory["traces"]]
+    assert {"NVML used · GPU 0", "NVML used · GPU 1"} <= set(names)
+    assert names.count("allocator allocated (step peak)") == 2 and names.count("allocator reserved (step peak)") == 2
+    assert memory["shapes"] >= 1  # the capacity line
+    for graph in ("job-power", "job-util"):
+        assert [t["name"] for t in _plot(driver, graph)["traces"]] == ["GPU 0", "GPU 1"]
+    hist = _plot(driver, "job-step-hist")
+    assert hist["traces"][0]["type"] == "bar" and f"{HOOKS_STEPS:,} steps" in hist["title"]
+    assert [t["name"] for t in _plot(driver, "job-layer-bars")["traces"]] == ["forward", "backward"]
+
+    report = hooks_job["report"]
+    _wait(driver, "#job-steps-value", f"{HOOKS_STEPS} steps")
+    peak_allocated = fmt.gib(report["memory"]["peak_allocated_bytes"])
+    assert driver.find_element(By.ID, "job-peak-allocated-value").text == peak_allocated
+    assert "PyTorch caching allocator" in driver.find_element(By.ID, "job-peak-allocated").text  # its source
+    _wait(driver, "#job-energy-source", fmt.energy_source(report["energy"]["source"]))
+    assert report["energy"]["source"] == "hardware_counter"
+    _wait(driver, "#job-recommendations", "why: ")
+    _wait(driver, "#job-offset-plan", "lower bound")
+    plan = report["optimization"]["offset_plan"]
+    assert fmt.gib(plan["planned_bytes"]) in driver.find_element(By.ID, "job-offset-plan").text
+    _wait(driver, "#job-swap-plan", "Offloading")
+    bars = _plot(driver, "job-plan-bars", lambda p: bool(p["traces"]))
+    assert bars["traces"][0]["type"] == "bar" and bars["title"].startswith("Peak device memory under each plan")
+    _wait(driver, "#job-layers", "conv1")
+
+    driver.find_element(By.ID, "job-download-button").click()
+    target = tmp_path / "fleetprof-report-hooks-job.html"
+    deadline = time.monotonic() + 30
+    while not target.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    page = target.read_text()
+    assert page.startswith("<") and "hooks-job" in page and "</html>" in page
+    assert _console_errors(driver) == []
+
+
+def _relayout(driver, graph: str, update: dict) -> None:  # type: ignore[no-untyped-def]
+    driver.execute_script("Plotly.relayout(document.querySelector('#' + arguments[0] + ' .js-plotly-plot'), "
+                          "arguments[1]);", graph, update)
+
+
+def _outputs(driver, name: str) -> int:  # type: ignore[no-untyped-def]
+    """How many Dash callback requests this page made for an output."""
+    return driver.execute_script("return window.__fpCalls.filter(c => String(c.output).includes(arguments[0]))"
+                                 ".length;", name)
+
+
+def test_zoom_refetches_every_time_plot_for_the_range(chrome, dashboard_url, hooks_job) -> None:  # type: ignore[no-untyped-def]
+    from datetime import datetime, timezone
+
+    driver = chrome
+    probe = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PAGE_PROBE_JS})
+    try:
+        _sign_in(driver, dashboard_url, hooks_job["team"], "team")
+        driver.get(f"{dashboard_url}/jobs/hooks-job")
+        full = {g: _plot(driver, g) for g in ("job-memory", "job-power", "job-util")}
+        _wait(driver, "#job-energy-source", "NVML")
+        # one request per part of the page: no second fetch when the plots first size themselves
+        assert _outputs(driver, "job-memory.figure") == 1 and _outputs(driver, "job-summary.children") == 1
+
+        t0 = hooks_job["t0"]
+        lo, hi = t0 + 300.0, t0 + 600.0  # a 5-minute window of the 20-minute job
+
+        def utc(ts: float) -> str:  # as plotly reports a drag on a date axis
+            return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+        _relayout(driver, "job-memory", {"xaxis.range[0]": utc(lo), "xaxis.range[1]": utc(hi)})
+
+        def zoomed(p: dict) -> bool:
+            return p["range"] is not None and abs(p["range"][0] - lo * 1e3) < 1000 \
+                and abs(p["range"][1] - hi * 1e3) < 1000 and all(t["n"] >= 2 for t in p["traces"])
+
+        for graph in ("job-power", "job-util", "job-memory"):  # the untouched plots follow the zoom
+            p = _plot(driver, graph, zoomed)
+            for t in p["traces"]:  # fetched again for the range, not just zoomed in the browser
+                assert t["xmin"] >= lo * 1e3 - 1000 and t["xmax"] <= hi * 1e3 + 1000, (graph, t)
+            assert sum(t["n"] for t in p["traces"]) < sum(t["n"] for t in full[graph]["traces"])
+        assert _outputs(driver, "job-memory.figure") == 2
+
+        _relayout(driver, "job-power", {"xaxis.autorange": True})  # double-click: the whole job again
+        p = _plot(driver, "job-util", lambda p: p["range"] is not None and p["range"][1] - p["range"][0] > 900e3)
+        assert sum(t["n"] for t in p["traces"]) == sum(t["n"] for t in full["job-util"]["traces"])
+        assert _outputs(driver, "job-memory.figure") == 3
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": probe["identifier"]})
+
+
+def test_fleet_energy_says_where_it_came_from(chrome, dashboard_url, hooks_job, live_server, db_session) -> None:  # type: ignore[no-untyped-def]
+    """The energy plot and KPI name the source the API reports per hour (counter vs integrated power)."""
+    from dashboard import figures
+    from server.fleet.service import rollup_hours
+
+    t0 = hooks_job["t0"]
+    rollup_hours(db_session, since=t0, until=t0 + HOOKS_SAMPLES_S)
+    db_session.commit()
+    timeline = httpx.get(f"{live_server}/api/v1/fleet/timeline", headers=auth(hooks_job["operator"]),
+                         timeout=30).json()
+    assert {"hardware_counter", "integrated_power"} <= set(timeline["energy_by_source_j"])
+    expected = figures.energy_source_shares(timeline)
+    assert "NVML energy counter" in expected and "integrated power" in expected
+
+    driver = chrome
+    driver.get_log("browser")
+    _sign_in(driver, dashboard_url, hooks_job["operator"], "operator")
+    energy = _plot(driver, "fleet-energy", lambda p: len(p["traces"]) >= 2)
+    assert energy["subtitle"] == f"source: {expected}"
+    assert {t["name"] for t in energy["traces"]} == {"NVML energy counter", "integrated power"}
+    _wait(driver, "#kpi-energy", expected)
+    assert _console_errors(driver) == []

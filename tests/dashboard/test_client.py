@@ -45,6 +45,39 @@ def test_job_id_is_one_path_segment() -> None:
     assert seen["path"] == b"/api/v1/jobs/a%2F..%2Fb/report"
 
 
+def test_html_report_asks_for_html() -> None:
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen["url"] = str(request.url)
+        return httpx.Response(200, text="<!doctype html><html></html>")
+
+    with _client(handler) as c:
+        assert c.report_html("j 1").startswith("<!doctype html>")
+    assert seen["url"] == "http://api/api/v1/jobs/j%201/report?format=html"
+
+
+def test_gather_runs_calls_at_once_and_returns_api_errors_in_place() -> None:
+    import threading
+
+    from dashboard.client import gather
+
+    barrier = threading.Barrier(3, timeout=5)  # all three must be in flight together
+
+    def ok(value: int):  # type: ignore[no-untyped-def]
+        def call() -> int:
+            barrier.wait()
+            return value
+        return call
+
+    def refused() -> int:
+        barrier.wait()
+        raise ApiError(404, "no")
+
+    first, error, last = gather(ok(1), refused, ok(3))
+    assert (first, last) == (1, 3) and isinstance(error, ApiError) and error.status == 404
+
+
 def test_unreachable_api_is_status_0() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
@@ -63,3 +96,7 @@ def test_dashboard_sends_security_headers_and_no_cors() -> None:
     assert r.headers["X-Frame-Options"] == "DENY" and r.headers["X-Content-Type-Options"] == "nosniff"
     assert r.headers["Referrer-Policy"] == "no-referrer"
     assert "Access-Control-Allow-Origin" not in r.headers
+    assert r.headers["Cache-Control"] == "no-store"  # pages and callback answers are never stored
+    code = app.server.test_client().get("/_dash-component-suites/plotly/package_data/plotly.min.js")
+    assert code.status_code == 200 and code.headers["Cache-Control"] == "no-cache"  # revalidated, not re-sent
+    assert code.headers["X-Content-Type-Options"] == "nosniff" and code.headers.get("ETag")

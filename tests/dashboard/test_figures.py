@@ -21,18 +21,31 @@ def _series(uuid: str, ts: list[float], values: list[float | None]) -> dict:
 def test_memory_timeline_draws_nvml_framework_and_capacity() -> None:
     used = {"job_id": "j", "series": [_series("GPU-a", [0.0, 1.0, 2.0], [1 * GIB, 3 * GIB, 2 * GIB]),
                                       _series("GPU-b", [0.0, 1.0], [GIB, GIB])]}
-    steps = {"count": 2, "rank": [0, 0], "ts": [0.5, 1.5], "wall_s": [0.1, 0.2],
-             "allocated_peak_bytes": [GIB, 2 * GIB], "reserved_peak_bytes": [2 * GIB, 2.5 * GIB]}
+    steps = {"count": 4, "rank": [0, 0, 1, 1], "ts": [0.5, 1.5, 0.5, 1.5], "wall_s": [0.1, 0.2, 0.1, 0.2],
+             "allocated_peak_bytes": [GIB, 2 * GIB, GIB, GIB],
+             "reserved_peak_bytes": [2 * GIB, 2.5 * GIB, 2 * GIB, 2 * GIB]}
     fig = figures.memory_timeline(used, steps, capacity_bytes=80 * GIB)
     assert isinstance(fig, go.Figure)
-    assert all(isinstance(t, go.Scattergl) for t in fig.data)  # WebGL for dense series
+    # SVG: the API sends ~2 points per pixel; WebGL would fall back to software rendering without a GPU
+    assert all(isinstance(t, go.Scatter) for t in fig.data)
     names = [t.name for t in fig.data]
     assert sum("NVML used" in n for n in names) == 2
     assert any("allocated" in n for n in names) and any("reserved" in n for n in names)
+    # one legend entry per framework kind, however many ranks; rank r in GPU r's colour
+    assert [t.showlegend for t in fig.data if "reserved" in t.name] == [True, False]
+    assert [t.line.color for t in fig.data if "allocated" in t.name] == [fig.data[0].line.color, fig.data[1].line.color]
     assert list(fig.data[0].y) == [1.0, 3.0, 2.0]  # GiB
     assert list(fig.data[0].x) == [0.0, 1000.0, 2000.0]  # epoch ms on a date axis
     assert fig.layout.xaxis.type == "date"
     assert fig.layout.shapes[0].y0 == 80.0  # the capacity line, in GiB
+
+
+def test_memory_timeline_capacity_from_the_series_and_zoom_range() -> None:
+    series = _series("GPU-a", [10.0, 11.0], [GIB, GIB]) | {"gpu_index": 3, "memory_total_bytes": 40 * GIB}
+    fig = figures.memory_timeline({"series": [series]}, None, x_range=(10.0, 11.0))
+    assert fig.layout.shapes[0].y0 == 40.0
+    assert "GPU 3" in fig.data[0].name
+    assert list(fig.layout.xaxis.range) == [10000.0, 11000.0]  # the zoomed range, on every time plot
 
 
 def test_memory_timeline_without_steps_or_data() -> None:
@@ -49,12 +62,33 @@ def test_metric_timeline_keeps_unknown_as_gap_not_zero() -> None:
     assert y[0] == 100.0 and math.isnan(y[1]) and y[2] == 300.0
 
 
-def test_step_time_histogram_in_ms_with_percentiles() -> None:
-    fig = figures.step_time_histogram([0.1, 0.2, None, 0.3], p50_s=0.2, p95_s=0.3)
+def test_step_time_histogram_from_listed_steps_in_ms_with_percentiles() -> None:
+    fig = figures.step_time_histogram({"count": 4, "wall_s": [0.1, 0.2, None, 0.3]})
     assert list(fig.data[0].x) == pytest.approx([100.0, 200.0, 300.0])
     assert "3 steps" in fig.layout.title.text
-    assert len(fig.layout.shapes) == 2
-    assert not figures.step_time_histogram([]).data  # no hooks: a message, not an empty histogram
+    # a step takes as long as its slowest rank, as the report counts it
+    ranks = figures.step_time_histogram({"count": 4, "step": [1, 1, 2, 2], "wall_s": [0.1, 0.3, 0.2, 0.2]})
+    assert sorted(ranks.data[0].x) == pytest.approx([200.0, 300.0])
+    assert [s.x0 for s in fig.layout.shapes] == pytest.approx([200.0, 290.0])  # p50, p95
+    assert not figures.step_time_histogram({"count": 0, "wall_s": []}).data  # no hooks: a message, not an empty plot
+    assert "without framework hooks" in figures.step_time_histogram(None).layout.annotations[0].text
+
+
+def test_step_time_histogram_from_the_apis_counts() -> None:
+    hist = {"edges_s": [0.1, 0.2, 0.3, 0.4], "counts": [10, 80, 5], "count": 100, "above": 5, "max_s": 9.0}
+    fig = figures.step_time_histogram({"count": 0, "wall_s_histogram": hist}, zoomed=True)
+    bars = fig.data[0]
+    assert list(bars.x) == pytest.approx([150.0, 250.0, 350.0]) and list(bars.y) == [10, 80, 5]
+    assert "100 steps in the zoomed range" in fig.layout.title.text
+    assert "5 slower steps, up to 9,000 ms, not shown" in fig.layout.xaxis.title.text
+    p50, p95 = (s.x0 for s in fig.layout.shapes)
+    assert p50 == pytest.approx(250.0)  # 40 of the 80 steps of the 200-300 ms bin
+    assert p95 == pytest.approx(400.0)  # the 95th step is the last counted one
+
+
+def test_histogram_quantile_past_the_last_bin_is_unknown() -> None:
+    assert figures.histogram_quantile([0.0, 1.0], [1], 10, 0.5) is None
+    assert figures.histogram_quantile([0.0, 1.0, 2.0], [0, 4], 4, 0.5) == pytest.approx(1.5)
 
 
 def test_layer_bars_largest_on_top() -> None:
@@ -73,9 +107,49 @@ def test_utilization_heatmap_rows_and_gaps() -> None:
     assert list(hm.y) == ["n1 · GPU 0", "n1 · GPU 1"]
     assert hm.z[0][0] == 10.0 and math.isnan(hm.z[0][1])
     assert (hm.zmin, hm.zmax) == (0, 100)
-    energy = figures.energy_over_time(timeline)
-    assert energy.data[0].y[0] == pytest.approx(1.0) and math.isnan(energy.data[0].y[1])  # kWh; unknown stays a gap
     assert not figures.utilization_heatmap({"hours": [], "gpus": []}).data
+
+
+def test_energy_from_the_hardware_counter_says_so() -> None:
+    timeline = {"hours": [3600.0, 7200.0], "energy_j": [3.6e6, None], "energy_gpus": [2, 0],
+                "energy_by_source_j": {"hardware_counter": [3.6e6, None]}, "energy_source": ["hardware_counter", None]}
+    fig = figures.energy_over_time(timeline)
+    assert fig.data[0].y[0] == pytest.approx(1.0) and math.isnan(fig.data[0].y[1])  # kWh; unknown stays a gap
+    assert fig.data[0].name == "NVML energy counter"
+    assert fig.layout.title.subtitle.text == "source: NVML energy counter"
+
+
+def test_energy_from_integrated_power_says_so() -> None:
+    timeline = {"hours": [3600.0], "energy_j": [7.2e6], "energy_gpus": [3],
+                "energy_by_source_j": {"integrated_power": [7.2e6]}, "energy_source": ["integrated_power"]}
+    fig = figures.energy_over_time(timeline)
+    assert fig.layout.title.subtitle.text == "source: integrated power"
+    assert fig.data[0].y[0] == pytest.approx(2.0)
+
+
+def test_energy_from_both_sources_is_stacked_with_shares() -> None:
+    timeline = {"hours": [3600.0, 7200.0], "energy_j": [4e6, 4e6], "energy_gpus": [2, 2],
+                "energy_by_source_j": {"hardware_counter": [3e6, 3e6], "integrated_power": [1e6, 1e6]},
+                "energy_source": ["mixed", "mixed"]}
+    fig = figures.energy_over_time(timeline)
+    assert [t.name for t in fig.data] == ["NVML energy counter", "integrated power"]
+    assert fig.layout.barmode == "stack"
+    assert fig.layout.title.subtitle.text == "source: NVML energy counter 75 %, integrated power 25 %"
+
+
+def test_energy_source_unknown_when_the_api_does_not_say() -> None:
+    fig = figures.energy_over_time({"hours": [3600.0], "energy_j": [3.6e6], "energy_gpus": [1]})
+    assert fig.layout.title.subtitle.text == "source: unknown" and fig.data[0].y[0] == pytest.approx(1.0)
+    assert figures.energy_source_shares({"energy_by_source_j": {}}) == "unknown"
+
+
+def test_memory_plan_bars_in_gib() -> None:
+    fig = figures.memory_plan_bars({"lower_bound_bytes": 2 * GIB, "planned_bytes": 3 * GIB,
+                                    "observed_reserved_bytes": 6 * GIB}, {"new_peak_bytes": 4 * GIB})
+    assert list(fig.data[0].y) == ["observed reserved (allocator)", "swap plan peak", "offset plan peak",
+                                   "lower bound (max live)"]
+    assert list(fig.data[0].x) == [6.0, 4.0, 3.0, 2.0]
+    assert not figures.memory_plan_bars(None, None).data
 
 
 def test_headroom_histogram_skips_unknown() -> None:
@@ -106,9 +180,20 @@ def test_formatting_says_unknown_never_zero() -> None:
     assert fmt.timestamp(0) == "1970-01-01 00:00:00 UTC"
 
 
+def test_sources_in_words() -> None:
+    assert fmt.energy_source("hardware_counter") == "NVML energy counter"
+    assert fmt.energy_source("integrated_power") == "integrated power"
+    assert fmt.energy_source(None) == "unknown"
+    assert fmt.source("nvml:gpu_util_pct") == "NVML (gpu_util_pct)"
+    assert fmt.source("cuda_allocator").startswith("PyTorch caching allocator")
+    assert fmt.source("something new") == "something new" and fmt.source(None) is None
+
+
 def test_by_suffix_reads_the_unit_from_the_name() -> None:
     from dashboard.components import by_suffix
 
+    assert by_suffix("usd", 552.96) == "$552.96"
+    assert by_suffix("usd_per_gpu_hour", 2.88) == "$2.88 per gpu hour"
     assert by_suffix("planned_peak_bytes", 2 * GIB) == "2.00 GiB"
     assert by_suffix("pcie_time_s", 0.5) == "500.0 ms"
     assert by_suffix("saved_fraction", 0.25) == "25.0 %"
