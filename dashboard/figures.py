@@ -210,7 +210,8 @@ def layer_time_bars(layers: Sequence[dict[str, Any]], top: int = 20) -> go.Figur
         fig.add_trace(go.Bar(y=names, x=[(r.get(key) or 0.0) for r in rows], name=label, orientation="h",
                              marker={"color": color}, hovertemplate="%{x:.3f} s<extra>" + label + "</extra>"))
     fig = _layout(fig, title="Time per layer (s, summed over steps)", y_title="", date_x=False, barmode="stack",
-                  xaxis_title="seconds", height=max(260, 22 * len(rows) + 80))
+                  xaxis_title="seconds", height=max(260, 22 * len(rows) + 80),
+                  legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 1, "xanchor": "right"})
     fig.update_yaxes(automargin=True)
     return fig
 

@@ -54,7 +54,11 @@ def grams(value: float | None) -> str:
 
 
 def usd(value: float | None) -> str:
-    return UNKNOWN if value is None else f"${value:,.2f}" if value >= 0.01 else f"${value:,.4f}"
+    """Dollars; a negative amount (a 'saving' that costs more) as -$1.23."""
+    if value is None:
+        return UNKNOWN
+    sign, v = ("-" if value < 0 else ""), abs(value)
+    return f"{sign}${v:,.2f}" if v >= 0.01 or v == 0 else f"{sign}${v:,.4f}"
 
 
 def count(value: int | float | None, unit: str = "") -> str:

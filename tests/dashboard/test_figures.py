@@ -177,6 +177,7 @@ def test_formatting_says_unknown_never_zero() -> None:
     assert fmt.gib(0) == "0.00 GiB"  # a real zero stays zero
     assert fmt.energy(5143.1) == "5.1 kJ" and fmt.energy(7.2e6) == "2.00 kWh"
     assert fmt.seconds(0.0123) == "12.3 ms" and fmt.fraction_pct(0.5) == "50.0 %"
+    assert fmt.usd(-291.84) == "-$291.84" and fmt.usd(0.005) == "$0.0050" and fmt.usd(0) == "$0.00"
     assert fmt.timestamp(0) == "1970-01-01 00:00:00 UTC"
 
 
