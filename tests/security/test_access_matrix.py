@@ -52,6 +52,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/report"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/timeseries"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/timeseries/batch"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/steps"): Rule(JOB_READ, team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True),
@@ -114,7 +115,7 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
             path = template.replace("{job_id}", JOB_OF[team])
             if template.endswith("/traces"):
                 out.append(Call(method, path, content=KINETO, job_team=team, params={"filename": "t.json"}))
-            elif template.endswith("/timeseries"):
+            elif template.endswith(("/timeseries", "/timeseries/batch")):
                 out.append(Call(method, path, params={"metric": "memory_used_bytes"}, job_team=team))
             else:
                 out.append(Call(method, path, job_team=team))
