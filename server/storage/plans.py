@@ -56,7 +56,9 @@ class Statement:
 
 @contextmanager
 def capture_statements(session: Session) -> Iterator[list[Statement]]:
-    """Record every statement the session's connection sends while the block runs (Postgres + psycopg2)."""
+    """Record every statement sent while the block runs (Postgres + psycopg2): on any connection of the session's
+    engine (code under capture may read on sessions of its own, e.g. the fleet summary's parallel reads), and the
+    COPYs of the session's own connection."""
     import psycopg2.extensions
 
     captured: list[Statement] = []
@@ -74,11 +76,12 @@ def capture_statements(session: Session) -> Iterator[list[Statement]]:
 
     previous = dbapi.cursor_factory
     dbapi.cursor_factory = RecordingCursor
-    event.listen(conn, "before_cursor_execute", before_cursor_execute)
+    engine = conn.engine
+    event.listen(engine, "before_cursor_execute", before_cursor_execute)
     try:
         yield captured
     finally:
-        event.remove(conn, "before_cursor_execute", before_cursor_execute)
+        event.remove(engine, "before_cursor_execute", before_cursor_execute)
         dbapi.cursor_factory = previous
 
 
