@@ -26,7 +26,7 @@ from server.deps import JobReaderAuth, OperatorAuth, SessionDep
 from server.errors import InvalidInput
 from server.fleet.router import parse_window
 from server.jobs import service as job_service
-from server.jobs.router import bucket_width_s, time_buckets
+from server.jobs.report_service import bucket_width_s, time_buckets
 from server.models import Gpu, GpuHourly, Job, Node, Report
 from server.models.base import from_epoch, to_epoch
 from server.models.framework import JobStep

@@ -9,20 +9,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
-from sqlalchemy import Float, cast, extract, func, select
 from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
-from server.db import is_postgres
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
 from server.jobs import report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
-from server.models import Gpu, GpuSample
 from server.models.base import from_epoch
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -152,87 +149,12 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
         if until is not None:
             end = min(end, from_epoch(until))  # type: ignore[type-var]
         ident = {"gpu_uuid": gpu.uuid, "gpu_index": gpu.index, "memory_total_bytes": gpu.memory_total_bytes}
-        series = _downsampled(session, gpu, start, end, points) if end >= start else \
+        series = report_service.downsampled_series(session, gpu, start, end, points) if end >= start else \
             {m: ([], [], 0) for m in points}
         for metric, (ts, vals, raw) in series.items():
             out[metric].append(SeriesOut(**ident, ts=ts, values=vals, raw_points=raw,
                                          min=min(vals) if vals else None, max=max(vals) if vals else None))
     return out
-
-
-def bucket_width_s(span_s: float, points: int) -> float:
-    """Bucket width so that `span_s` fills points // 2 buckets (two points each: min and max), the span's last
-    instant still inside the last one (1 ms of slack: SQLite's epoch seconds come through julianday)."""
-    return span_s / max(points // 2, 1) + 1e-3
-
-
-def time_buckets(session: Session, ts: Any, start: datetime, width_s: float) -> tuple[Any, Any, Any]:
-    """SQL expressions (bucket key, first ts, last ts) for `width_s`-second buckets from `start`, the first and
-    last timestamps as epoch seconds: the one rule for the time buckets of plotted series.
-
-    Postgres buckets the timestamp itself with date_bin: converting every row to epoch seconds first (EXTRACT is
-    numeric since PG 14) cost three times the scan of a 24 h x 1 Hz series. Only the bucket rows are converted.
-    """
-    if is_postgres(session):
-        bucket = func.date_bin(func.make_interval(0, 0, 0, 0, 0, 0, width_s), ts, start)
-        return bucket, cast(extract("epoch", func.min(ts)), Float), cast(extract("epoch", func.max(ts)), Float)
-    ts_s = report_service.epoch_column(session, ts)
-    return func.floor((ts_s - start.timestamp()) / width_s), func.min(ts_s), func.max(ts_s)
-
-
-def _downsampled(session: Session, gpu: Gpu, start: datetime, end: datetime,
-                 points: dict[str, int]) -> dict[str, tuple[list[float], list[float], int]]:
-    """Per metric: (ts, values, raw count), at most ~its `points`, bucketed in SQL: each time bucket gives its
-    minimum at the bucket's first timestamp and its maximum at its last, so extremes survive exactly and a
-    24 h x 1 Hz series never travels to Python row by row.
-
-    One scan for every metric (next to reading the rows, more aggregates cost next to nothing): buckets at the
-    finest resolution asked for; a metric asked at a coarser one merges whole runs of them, exactly."""
-    t = GpuSample.__table__
-    cols = {m: t.c[m] for m in points}
-    where = (t.c.gpu_id == gpu.id, t.c.ts >= start, t.c.ts <= end)
-    finest = max(points.values())
-    width_s = bucket_width_s((end - start).total_seconds(), finest)
-    bucket, first, last = time_buckets(session, t.c.ts, start, width_s)
-    rows = session.execute(
-        select(bucket.label("b"), first, last, *(a for c in cols.values()
-                                                 for a in (func.count(c), func.min(c), func.max(c))))
-        .where(*where).group_by("b").order_by("b")).all()
-    index = [int(b) if isinstance(b, (int, float)) else round((b - start).total_seconds() / width_s)
-             for b, *_ in rows]
-    out: dict[str, tuple[list[float], list[float], int]] = {}
-    for i, (metric, budget) in enumerate(points.items()):
-        aggs = [(index[j], r[1], r[2], r[3 + 3 * i], r[4 + 3 * i], r[5 + 3 * i]) for j, r in enumerate(rows)]
-        raw = sum(a[3] for a in aggs)
-        if raw <= budget:
-            continue  # sent as is, below
-        merge = max(1, round((finest // 2) / max(budget // 2, 1)))  # fine buckets per bucket of this metric
-        merged: dict[int, list[Any]] = {}
-        for idx, first_s, last_s, n, lo, hi in aggs:
-            if not n:
-                continue
-            m = merged.get(idx // merge)
-            if m is None:
-                merged[idx // merge] = [first_s, last_s, n, lo, hi]
-            else:
-                m[1], m[2], m[3], m[4] = last_s, m[2] + n, min(m[3], lo), max(m[4], hi)
-        ts_out: list[float] = []
-        v_out: list[float] = []
-        for first_s, last_s, n, lo, hi in merged.values():
-            ts_out.append(float(first_s))
-            v_out.append(float(lo))
-            if n > 1:
-                ts_out.append(float(last_s))
-                v_out.append(float(hi))
-        out[metric] = (ts_out, v_out, raw)
-    as_is = [m for m in points if m not in out]
-    if as_is:
-        samples = session.execute(select(report_service.epoch_column(session, t.c.ts), *(cols[m] for m in as_is))
-                                  .where(*where).order_by(t.c.ts)).all()
-        for i, metric in enumerate(as_is, start=1):
-            pairs = [(float(r[0]), float(r[i])) for r in samples if r[i] is not None]
-            out[metric] = ([p[0] for p in pairs], [p[1] for p in pairs], len(pairs))
-    return {m: out[m] for m in points}
 
 
 @router.get("/{job_id}/timeseries", response_model=TimeseriesOut, responses=JOB_NOT_FOUND,
