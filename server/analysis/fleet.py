@@ -200,7 +200,8 @@ def rollup_gpus(gpus: Iterable[GpuSeries], *, max_gap_s: float | None = None) ->
 
 
 def job_fleet_row(report: Mapping[str, Any]) -> dict[str, Any]:
-    """What the fleet summary needs from one job's characterization report."""
+    """What the fleet views (summary, headroom) need from one job's characterization report: stored beside the
+    report (`reports.fleet_row`) so that they never read the whole document."""
     gpus = report.get("gpus") or []
     stranded = [g["memory_total_bytes"] - g["peak_used_bytes"] for g in gpus
                 if g.get("memory_total_bytes") is not None and g.get("peak_used_bytes") is not None]
@@ -218,6 +219,9 @@ def job_fleet_row(report: Mapping[str, Any]) -> dict[str, Any]:
         "memory_stranded_bytes": sum(stranded) if stranded else None,
         "energy_j": (report.get("energy") or {}).get("energy_j"),
         "idle_energy_j": (report.get("energy") or {}).get("idle_energy_j"),
+        # the job's largest single-GPU NVML peak against that GPU's capacity (the headroom view)
+        **{key: (report.get("memory") or {}).get(key)
+           for key in ("peak_used_bytes", "memory_total_bytes", "headroom_bytes")},
     }
 
 

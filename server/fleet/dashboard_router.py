@@ -24,10 +24,11 @@ from sqlalchemy.orm import Session
 from server.analysis.fleet import ENERGY_SOURCES
 from server.deps import JobReaderAuth, OperatorAuth, SessionDep
 from server.errors import InvalidInput
+from server.fleet import service as fleet_service
 from server.fleet.router import parse_window
 from server.jobs import service as job_service
 from server.jobs.report_service import bucket_width_s, time_buckets
-from server.models import Gpu, GpuHourly, Job, Node, Report
+from server.models import Gpu, GpuHourly, Node
 from server.models.base import from_epoch, to_epoch
 from server.models.framework import JobStep
 
@@ -96,16 +97,9 @@ def fleet_headroom(_: OperatorAuth, session: SessionDep,
                    window: str = Query("24h", description="e.g. 6h, 24h, 7d"),
                    limit: int = Query(5000, ge=1, le=50_000)) -> dict[str, Any]:
     since = from_epoch(time.time() - parse_window(window))
-    rows = session.execute(
-        select(Job.job_id, Job.team, Report.data).join(Report, Report.job_pk == Job.id)
-        .where((Job.ended_at.is_(None)) | (Job.ended_at >= since)).order_by(Job.id.desc()).limit(limit)
-    ).all()
-    jobs = []
-    for job_id, team, data in rows:
-        mem = data.get("memory") or {}
-        jobs.append({"job_id": job_id, "team": team, "peak_used_bytes": mem.get("peak_used_bytes"),
-                     "memory_total_bytes": mem.get("memory_total_bytes"), "headroom_bytes": mem.get("headroom_bytes"),
-                     "gpu_count": len(data.get("gpus") or [])})
+    jobs = [{"job_id": r["job_id"], "team": r["team"], "peak_used_bytes": r["peak_used_bytes"],
+             "memory_total_bytes": r["memory_total_bytes"], "headroom_bytes": r["headroom_bytes"],
+             "gpu_count": r["gpus"]} for r in fleet_service.job_rows(session, since, limit=limit)]
     return {"window_s": parse_window(window), "jobs": jobs,
             "source": "job reports: largest single-GPU NVML peak vs that GPU's capacity"}
 

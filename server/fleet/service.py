@@ -220,20 +220,28 @@ def rollup_rows(session: Session, *, by: str, window_s: float, now: float, limit
     }
 
 
-def _job_rows(session: Session, since: datetime) -> list[dict[str, Any]]:
-    """The fleet rows of the current reports of jobs active since `since`: their stored `fleet_row`, derived from
-    the document only for reports written before that column existed (migration 0007)."""
+def job_rows(session: Session, since: datetime, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """The fleet rows (server.analysis.fleet.job_fleet_row) of the current reports of jobs active since `since`,
+    newest jobs first when `limit` is given: the stored `fleet_row`, derived from the document only for reports
+    stored before that column (or one of its keys) existed."""
     current = Report.analyzer_version == characterize_mod.ANALYZER_VERSION
     # As text, parsed by orjson: the driver's per-row json.loads cost more than the query (5,000 jobs: 60 ms).
-    rows = session.execute(select(Report.job_pk, cast(Report.fleet_row, Text)).join(Job, Job.id == Report.job_pk)
-                           .where((Job.ended_at.is_(None)) | (Job.ended_at >= since), current)).all()
-    parsed = [(pk, orjson.loads(row) if row is not None else None) for pk, row in rows]
-    out = [r for _, r in parsed if r is not None]
-    missing = [pk for pk, r in parsed if r is None]
+    query = (select(Report.job_pk, cast(Report.fleet_row, Text)).join(Job, Job.id == Report.job_pk)
+             .where((Job.ended_at.is_(None)) | (Job.ended_at >= since), current))
+    if limit is not None:
+        query = query.order_by(Job.id.desc()).limit(limit)
+    parsed = [(pk, orjson.loads(row) if row is not None else None) for pk, row in session.execute(query).all()]
+    out: dict[int, dict[str, Any]] = {pk: r for pk, r in parsed if r is not None and FLEET_ROW_KEYS <= r.keys()}
+    missing = [pk for pk, _ in parsed if pk not in out]
     for i in range(0, len(missing), 1000):
-        docs = session.scalars(select(Report.data).where(Report.job_pk.in_(missing[i:i + 1000]), current))
-        out += [job_fleet_row(d) for d in docs]
-    return out
+        docs = session.execute(select(Report.job_pk, Report.data)
+                               .where(Report.job_pk.in_(missing[i:i + 1000]), current))
+        out.update((pk, job_fleet_row(d)) for pk, d in docs)
+    return [out[pk] for pk, _ in parsed if pk in out]
+
+
+# The keys a stored fleet row must have to be used as is (older rows lack the later ones).
+FLEET_ROW_KEYS = frozenset(job_fleet_row({}))
 
 
 _READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleetprof-fleet-read")
@@ -261,8 +269,8 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
     since = from_epoch(start)
     # The current utilization and the job rows are independent reads: on Postgres they run on connections of
     # their own while this one aggregates the rollups (10,000 GPUs x 24 h: ~80 + ~50 + ~30 ms, now overlapped).
-    latest_util = _in_parallel(session, _latest_util, now)
-    job_rows = _in_parallel(session, _job_rows, since)
+    util_read = _in_parallel(session, _latest_util, now)
+    jobs_read = _in_parallel(session, job_rows, since)
     per_gpu = session.execute(
         select(GpuHourly.gpu_id, func.count(), func.sum(GpuHourly.covered_s), func.sum(GpuHourly.busy_s),
                func.sum(GpuHourly.util_busy_s), func.sum(GpuHourly.energy_j), func.max(GpuHourly.memory_peak_bytes),
@@ -279,8 +287,8 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
         "util_busy_s": np.array([np.nan if r[4] is None else r[4] for r in per_gpu], dtype=np.float64),
         "energy_j": np.array([np.nan if r[5] is None else r[5] for r in per_gpu], dtype=np.float64),
     }
-    out = fleet_summary(rollups, now=now, window_s=window_s + HOUR_S, current_util_pct=latest_util.result(),
-                        jobs=job_rows.result())
+    out = fleet_summary(rollups, now=now, window_s=window_s + HOUR_S, current_util_pct=util_read.result(),
+                        jobs=jobs_read.result())
     out["window_s"] = window_s
     out["generated_at"] = now
     out["gpus_total"] = session.scalar(select(func.count()).select_from(Gpu)) or 0

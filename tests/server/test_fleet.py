@@ -221,7 +221,11 @@ def test_summary_job_figures_come_from_the_reports_small_fleet_rows(api, make_to
     stranded = sum(g["memory_total_bytes"] - g["peak_used_bytes"] for r in peaks.values() for g in r["gpus"])
 
     def summary() -> dict:
-        return api.get("/api/v1/fleet/summary", params={"window": "2h"}, headers=auth(op)).json()
+        body = api.get("/api/v1/fleet/summary", params={"window": "2h"}, headers=auth(op)).json()
+        # the headroom view reads the same rows: each job's largest single-GPU peak against its capacity
+        headroom = api.get("/api/v1/fleet/headroom", params={"window": "2h"}, headers=auth(op)).json()
+        body["headroom"] = {j["job_id"]: j for j in headroom["jobs"]}
+        return body
 
     engine = make_engine(server_settings)
     try:
@@ -234,10 +238,16 @@ def test_summary_job_figures_come_from_the_reports_small_fleet_rows(api, make_to
         assert wasteful[0]["job_id"] == "job-node-k"  # 10 % busy wastes more GPU-hours than 90 %
         for row in wasteful:
             assert row["gpu_busy_fraction"] == pytest.approx(peaks[row["job_id"]]["time"]["gpu_busy_fraction"])
+        assert set(body["headroom"]) == set(peaks)
+        for job_id, row in body["headroom"].items():
+            mem = peaks[job_id]["memory"]
+            assert (row["peak_used_bytes"], row["memory_total_bytes"], row["headroom_bytes"], row["gpu_count"]) == (
+                mem["peak_used_bytes"], mem["memory_total_bytes"], mem["headroom_bytes"], 2)
+            assert row["headroom_bytes"] is not None and row["headroom_bytes"] > 0
         with engine.begin() as conn:  # as a report written before migration 0007 would be
             conn.execute(text("UPDATE reports SET fleet_row = NULL"))
         again = summary()
-        for key in ("memory_stranded_bytes", "most_wasteful_jobs"):
+        for key in ("memory_stranded_bytes", "most_wasteful_jobs", "headroom"):
             assert again[key] == body[key], key
     finally:
         engine.dispose()
