@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 from fastapi import APIRouter, Query, Response
-from sqlalchemy import func, select
+from sqlalchemy import Float, Integer, String, func, literal, null, select, union_all
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from server.analysis.fleet import ENERGY_SOURCES
@@ -44,44 +45,98 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
     now = time.time()
     start = now - parse_window(window)
     start -= start % 3600  # the hour the window starts in is drawn whole
-    rows = session.execute(
-        select(Node.name, Gpu.index, Gpu.uuid, GpuHourly.hour, GpuHourly.util_mean_pct, GpuHourly.energy_j,
-               GpuHourly.energy_source)
-        .select_from(GpuHourly).join(Gpu, Gpu.id == GpuHourly.gpu_id).join(Node, Node.id == Gpu.node_id)
-        .where(GpuHourly.hour >= from_epoch(start)).order_by(Node.name, Gpu.index, GpuHourly.hour)
-    ).all()
-    hours = sorted({to_epoch(r[3]) for r in rows})
-    col = {h: i for i, h in enumerate(hours)}
-    gpus: list[dict[str, Any]] = []
-    row_of: dict[str, int] = {}
-    util: list[list[float | None]] = []
-    energy: list[float | None] = [None] * len(hours)
-    energy_gpus = [0] * len(hours)
+    gpu_rows, hour_rows = _timeline_rows(session, from_epoch(start), MAX_HEATMAP_ROWS)
+    hours = np.unique(np.array([r.hour for r in hour_rows], dtype=np.float64))
+    col = np.searchsorted(hours, np.array([r.hour for r in hour_rows], dtype=np.float64))
+    n_energy = np.array([r.n_energy for r in hour_rows], dtype=np.int64)
+    energy_j = np.array([r.energy_j for r in hour_rows], dtype=np.float64)  # NULL (no energy) -> nan
+    energy_gpus = np.bincount(col, weights=n_energy, minlength=len(hours)).astype(np.int64)
+    has = n_energy > 0
+    energy = np.bincount(col[has], weights=energy_j[has], minlength=len(hours))
     # Joules per hour by where they came from; "unrecorded": a rollup written before its source was recorded.
-    by_source: dict[str, list[float | None]] = {}
-    for node, index, uuid, hour, util_pct, energy_j, source in rows:
-        if uuid not in row_of:
-            row_of[uuid] = len(gpus)
-            gpus.append({"node": node, "index": index, "uuid": uuid})
-            util.append([None] * len(hours))
-        c = col[to_epoch(hour)]
-        util[row_of[uuid]][c] = util_pct
-        if energy_j is not None:
-            energy[c] = (energy[c] or 0.0) + energy_j
-            energy_gpus[c] += 1
-            per_hour = by_source.setdefault(source or "unrecorded", [None] * len(hours))
-            per_hour[c] = (per_hour[c] or 0.0) + energy_j
-    truncated = len(gpus) > MAX_HEATMAP_ROWS
+    by_source: dict[str, np.ndarray] = {}
+    for i in np.flatnonzero(has):
+        by_source.setdefault(hour_rows[i].source, np.full(len(hours), np.nan))[col[i]] = energy_j[i]
+    truncated = len(gpu_rows) > MAX_HEATMAP_ROWS
+    gpus = gpu_rows[:MAX_HEATMAP_ROWS]
+    # Heatmap row of each GPU id (-1: not drawn), then one numpy assignment per hour and source, not per cell.
+    row_of = np.full(max((g.gpu_id for g in gpus), default=0) + 1, -1)
+    row_of[[g.gpu_id for g in gpus]] = np.arange(len(gpus))
+    util = np.full((len(gpus), len(hours)), np.nan)
+    for r, c in zip(hour_rows, col):
+        if r.gpu_ids:
+            util[row_of[np.array(r.gpu_ids)], c] = np.array(r.util_pct, dtype=np.float64)
+    by_source_j = {k: _nullable(v) for k, v in by_source.items()}
     return {
-        "window_s": parse_window(window), "generated_at": now, "hours": hours,
-        "gpus": gpus[:MAX_HEATMAP_ROWS], "gpu_util_mean_pct": util[:MAX_HEATMAP_ROWS], "truncated": truncated,
-        "energy_j": energy, "energy_gpus": energy_gpus,
-        "energy_by_source_j": {k: by_source[k] for k in ENERGY_SOURCES if k in by_source},
-        "energy_source": [_hour_source([v[c] for v in by_source.values()], list(by_source)) for c in range(len(hours))],
+        "window_s": parse_window(window), "generated_at": now, "hours": hours.tolist(),
+        "gpus": [{"node": g.node, "index": g.index, "uuid": g.uuid} for g in gpus],
+        "gpu_util_mean_pct": _nullable(util), "truncated": truncated,
+        "energy_j": _nullable(np.where(energy_gpus > 0, energy, np.nan)), "energy_gpus": energy_gpus.tolist(),
+        "energy_by_source_j": {k: by_source_j[k] for k in ENERGY_SOURCES if k in by_source_j},
+        "energy_source": [_hour_source([v[c] for v in by_source_j.values()], list(by_source_j))
+                          for c in range(len(hours))],
         "sources": {"gpu_util_mean_pct": "gpu_hourly rollups: hourly mean of NVML gpu_util_pct",
                     "energy_j": "gpu_hourly rollups: NVML total-energy counter deltas where the GPU has the counter, "
                                 "else integrated power; energy_source (per hour) and energy_by_source_j say which"},
     }
+
+
+class _GpuRow(NamedTuple):
+    node: str
+    index: int
+    uuid: str
+    gpu_id: int
+
+
+class _HourRow(NamedTuple):
+    hour: float  # epoch s
+    energy_j: float | None
+    n_energy: int  # GPUs with energy in the hour, from this source
+    gpu_ids: list[int] | None  # the heatmap's GPUs with a rollup in the hour ...
+    util_pct: list[float | None] | None  # ... and their util_mean_pct
+    source: str
+
+
+def _timeline_rows(session: Session, since: datetime, max_gpus: int) -> tuple[list[_GpuRow], list[_HourRow]]:
+    """The window's rollups aggregated in SQL, in one statement (both its reads of `gpu_hourly` go through
+    `ix_gpu_hourly_hour`; the 7 d window at 10,000 GPUs is 1.68 M rollups, docs/ARCHITECTURE.md):
+
+    - GPU rows: the first `max_gpus` + 1 GPUs with rollups in the window by node name and GPU index (the extra one
+      only says that the heatmap is truncated);
+    - hour rows, one per hour and energy source (NULL -> "unrecorded"): joules summed over its GPUs (NULL where
+      none had energy), how many had energy, and the heatmap GPUs' ids with their util_mean_pct, as two arrays in
+      matching order. Grouping follows the index's hour order: only each hour's rows are sorted (by source),
+    in memory, where the whole window's sort used to spill to disk."""
+    in_window = GpuHourly.hour >= since
+    present = select(GpuHourly.gpu_id).where(in_window).distinct().subquery()
+    order = (Node.name, Gpu.index, Gpu.id)
+    chosen = (select(Gpu.id, Node.name, Gpu.index, Gpu.uuid, func.row_number().over(order_by=order).label("rank"))
+              .select_from(present).join(Gpu, Gpu.id == present.c.gpu_id).join(Node, Node.id == Gpu.node_id)
+              .order_by(*order).limit(max_gpus + 1).cte("chosen"))
+    in_heatmap = GpuHourly.gpu_id.in_(select(chosen.c.id).where(chosen.c.rank <= max_gpus))
+    source = func.coalesce(func.nullif(GpuHourly.energy_source, ""), "unrecorded")
+    no_int, no_float = null().cast(Integer), null().cast(Float)
+    gpu_rows = select(literal("gpu").label("kind"), chosen.c.name, chosen.c.index, chosen.c.uuid, chosen.c.id,
+                      chosen.c.rank, no_float, no_float, no_int, null().cast(ARRAY(Integer)),
+                      null().cast(ARRAY(Float)))
+    hour_rows = (select(literal("hour"), source, no_int, null().cast(String), no_int, no_int,
+                        func.date_part("epoch", GpuHourly.hour),  # float8, unlike EXTRACT's numeric
+                        func.sum(GpuHourly.energy_j), func.count(GpuHourly.energy_j),
+                        func.array_agg(GpuHourly.gpu_id).filter(in_heatmap),
+                        func.array_agg(GpuHourly.util_mean_pct).filter(in_heatmap))
+                 .where(in_window).group_by(GpuHourly.hour, source))
+    rows = session.execute(union_all(gpu_rows, hour_rows)).all()
+    gpus = sorted((r for r in rows if r.kind == "gpu"), key=lambda r: r.rank)
+    hours = [r for r in rows if r.kind == "hour"]
+    return ([_GpuRow(node=r.name, index=r.index, uuid=r.uuid, gpu_id=r.id) for r in gpus],
+            [_HourRow(*r[6:], source=r.name) for r in hours])
+
+
+def _nullable(values: np.ndarray) -> list[Any]:
+    """nan (no rollup, or a rollup without the value) -> None: unknown is null in the JSON, never 0."""
+    out = values.astype(object)
+    out[np.isnan(values)] = None
+    return out.tolist()
 
 
 def _hour_source(values: list[float | None], names: list[str]) -> str | None:
