@@ -23,12 +23,13 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from server.analysis.fleet import ENERGY_SOURCES
+from server.db import is_postgres
 from server.deps import JobReaderAuth, OperatorAuth, SessionDep
 from server.errors import InvalidInput
 from server.fleet import service as fleet_service
 from server.fleet.router import parse_window
 from server.jobs import service as job_service
-from server.jobs.report_service import bucket_width_s, time_buckets
+from server.jobs.report_service import bucket_width_s, epoch_column, time_buckets
 from server.models import Gpu, GpuHourly, Node
 from server.models.base import from_epoch, to_epoch
 from server.models.framework import JobStep
@@ -108,6 +109,8 @@ def _timeline_rows(session: Session, since: datetime, max_gpus: int) -> tuple[li
       matching order. Grouping follows the index's hour order: only each hour's rows are sorted (by source),
     in memory, where the whole window's sort used to spill to disk."""
     in_window = GpuHourly.hour >= since
+    if not is_postgres(session):
+        return _timeline_rows_embedded(session, since, max_gpus)
     present = select(GpuHourly.gpu_id).where(in_window).distinct().subquery()
     order = (Node.name, Gpu.index, Gpu.id)
     chosen = (select(Gpu.id, Node.name, Gpu.index, Gpu.uuid, func.row_number().over(order_by=order).label("rank"))
@@ -130,6 +133,38 @@ def _timeline_rows(session: Session, since: datetime, max_gpus: int) -> tuple[li
     hours = [r for r in rows if r.kind == "hour"]
     return ([_GpuRow(node=r.name, index=r.index, uuid=r.uuid, gpu_id=r.id) for r in gpus],
             [_HourRow(*r[6:], source=r.name) for r in hours])
+
+
+def _chosen_gpus(session: Session, since: datetime, max_gpus: int) -> list[_GpuRow]:
+    present = select(GpuHourly.gpu_id).where(GpuHourly.hour >= since).distinct().subquery()
+    order = (Node.name, Gpu.index, Gpu.id)
+    rows = session.execute(select(Node.name, Gpu.index, Gpu.uuid, Gpu.id).select_from(present)
+                           .join(Gpu, Gpu.id == present.c.gpu_id).join(Node, Node.id == Gpu.node_id)
+                           .order_by(*order).limit(max_gpus + 1)).all()
+    return [_GpuRow(node=r[0], index=r[1], uuid=r[2], gpu_id=r[3]) for r in rows]
+
+
+def _timeline_rows_embedded(session: Session, since: datetime,
+                            max_gpus: int) -> tuple[list[_GpuRow], list[_HourRow]]:
+    """_timeline_rows for SQLite (embedded mode: a small fleet; no arrays, no FILTER): the same rows, grouped
+    in Python."""
+    gpus = _chosen_gpus(session, since, max_gpus)
+    drawn = {g.gpu_id for g in gpus[:max_gpus]}
+    groups: dict[tuple[float, str], list[Any]] = {}
+    rows = session.execute(select(epoch_column(session, GpuHourly.hour), GpuHourly.energy_source, GpuHourly.gpu_id,
+                                  GpuHourly.util_mean_pct, GpuHourly.energy_j)
+                           .where(GpuHourly.hour >= since).order_by(GpuHourly.hour)).all()
+    for hour, source, gpu_id, util_pct, energy_j in rows:
+        # SQLite reads timestamps back through julianday: ~10 us of float error on an hour mark
+        g = groups.setdefault((round(float(hour), 3), source or "unrecorded"), [None, 0, [], []])
+        if energy_j is not None:
+            g[0] = (g[0] or 0.0) + energy_j
+            g[1] += 1
+        if gpu_id in drawn:
+            g[2].append(gpu_id)
+            g[3].append(util_pct)
+    return gpus, [_HourRow(hour, e, n, ids or None, utils or None, source)
+                  for (hour, source), (e, n, ids, utils) in groups.items()]
 
 
 def _nullable(values: np.ndarray) -> list[Any]:

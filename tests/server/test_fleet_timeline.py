@@ -14,23 +14,25 @@ from tests.server.helpers import auth
 
 HOUR_S = 3600
 
+# (node, index) -> {hours before the current one: (util_mean_pct, energy_j, energy_source)}
+FLEET: dict[tuple[str, int], dict[int, tuple[float | None, float | None, str | None]]] = {
+    ("n-b", 1): {1: (90.0, 3.0e6, "hardware_counter"), 2: (80.0, 2.5e6, "hardware_counter"),
+                 3: (70.0, 2.0e6, "hardware_counter")},
+    ("n-b", 0): {1: (10.0, 1.0e6, "integrated_power"), 2: (None, 1.5e6, "integrated_power"),
+                 3: (30.0, None, None)},
+    ("n-a", 1): {1: (55.0, 4.0e6, None), 3: (65.0, 5.0e6, "hardware_counter")},  # hour 2: no rollup
+    ("n-a", 0): {2: (0.0, 0.5e6, "hardware_counter")},
+    ("n-c", 0): {48: (99.0, 9.9e6, "hardware_counter")},  # rollups only before the window
+    ("n-c", 1): {},                                        # none at all
+}
+
 
 def test_timeline_matches_the_rollups(api, make_token, db_session, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from server.fleet import dashboard_router
 
     monkeypatch.setattr(dashboard_router, "MAX_HEATMAP_ROWS", 3)
     h = int(time.time() // HOUR_S) * HOUR_S
-    # (node, index) -> {hours before the current one: (util_mean_pct, energy_j, energy_source)}
-    fleet: dict[tuple[str, int], dict[int, tuple[float | None, float | None, str | None]]] = {
-        ("n-b", 1): {1: (90.0, 3.0e6, "hardware_counter"), 2: (80.0, 2.5e6, "hardware_counter"),
-                     3: (70.0, 2.0e6, "hardware_counter")},
-        ("n-b", 0): {1: (10.0, 1.0e6, "integrated_power"), 2: (None, 1.5e6, "integrated_power"),
-                     3: (30.0, None, None)},
-        ("n-a", 1): {1: (55.0, 4.0e6, None), 3: (65.0, 5.0e6, "hardware_counter")},  # hour 2: no rollup
-        ("n-a", 0): {2: (0.0, 0.5e6, "hardware_counter")},
-        ("n-c", 0): {48: (99.0, 9.9e6, "hardware_counter")},  # rollups only before the window
-        ("n-c", 1): {},                                        # none at all
-    }
+    fleet = FLEET
     # Inserted out of order, so that the order of the answer is the query's.
     for node in ("n-c", "n-b", "n-a"):
         db_session.execute(text("INSERT INTO nodes (name, dropped_samples_total, created_at) "
@@ -100,3 +102,40 @@ def test_timeline_of_a_window_without_rollups(api, make_token) -> None:  # type:
                               "energy_by_source_j", "energy_source")} == {
         "hours": [], "gpus": [], "gpu_util_mean_pct": [], "truncated": False, "energy_j": [], "energy_gpus": [],
         "energy_by_source_j": {}, "energy_source": []}
+
+
+def test_embedded_mode_gives_the_same_timeline(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """SQLite (`fleetprof up`) has no arrays nor FILTER: its own grouping must give the same answer."""
+    from server.auth.service import Principal
+    from server.config import ServerSettings
+    from server.db import make_engine, make_sessionmaker, session_scope
+    from server.fleet import dashboard_router
+    from server.migrate import upgrade
+    from server.models import Gpu, GpuHourly, Node
+    from server.models.base import from_epoch
+
+    monkeypatch.setattr(dashboard_router, "MAX_HEATMAP_ROWS", 3)
+    settings = ServerSettings(database_url=f"sqlite:///{tmp_path / 'embedded.db'}")
+    upgrade(settings)
+    engine = make_engine(settings)
+    h = int(time.time() // HOUR_S) * HOUR_S
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            nodes = {n: Node(name=n, dropped_samples_total=0) for n in ("n-c", "n-b", "n-a")}
+            session.add_all(nodes.values())
+            session.flush()
+            for (node, index), rollups in sorted(FLEET.items(), reverse=True):
+                gpu = Gpu(node_id=nodes[node].id, uuid=f"GPU-{node}-{index}", index=index, name="H100", healthy=True)
+                session.add(gpu)
+                session.flush()
+                for back, (util, energy, source) in rollups.items():
+                    session.add(GpuHourly(gpu_id=gpu.id, hour=from_epoch(h - back * HOUR_S), samples=720,
+                                          covered_s=3600, busy_s=1800, util_busy_s=1500, energy_j=energy,
+                                          memory_peak_bytes=4e10, util_mean_pct=util, energy_source=source))
+        with session_scope(make_sessionmaker(engine)) as session:
+            t = dashboard_router.fleet_timeline(Principal(0, "operator", None, None), session, window="24h")
+    finally:
+        engine.dispose()
+    expected = _expected(FLEET, h, window_hours=24, max_rows=3)
+    for key, value in expected.items():
+        assert t[key] == (pytest.approx(value) if key.startswith("energy_j") else value), key
