@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from agent.spool import Spool
-from agent.transport import Transport, TransportError
+from agent.transport import Transport, TransportError, retry_delay_s
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,6 @@ class Shipper:
         """Something was spooled: stop idling."""
         self._wake.set()
 
-    def _backoff_s(self) -> float:
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2 ** min(self._attempt, 30)))
-        return ceiling / 2 + self.rng() * ceiling / 2
-
     def ship_once(self) -> float | None:
         """Send the oldest batch. Returns None when it was acknowledged (or the spool is empty and there is
         nothing to wait for), else the seconds to wait before the next attempt."""
@@ -75,9 +71,8 @@ class Shipper:
                 return None
             self._attempt += 1
             if exc.retryable:
-                delay = self._backoff_s()
-                if exc.retry_after_s is not None:
-                    delay = exc.retry_after_s + self.rng() * min(1.0, exc.retry_after_s * 0.1)
+                delay = retry_delay_s(exc, self._attempt, base_s=self.backoff_base_s, max_s=self.backoff_max_s,
+                                      rng=self.rng)
                 log.log(logging.WARNING if self._attempt == 1 else logging.DEBUG,
                         "collector unavailable (%s); retrying in %.1f s", exc, delay)
             else:  # 401/403/404...: keep the data, try again slowly

@@ -1,7 +1,9 @@
 """HTTP transport from a node (agent, hooks, client commands) to the collector.
 
 One place for: gzip-JSON bodies, the bearer token, mapping status codes to errors, and reading
-`Retry-After`. Retrying is the caller's policy (the shipper backs off; a CLI command fails fast).
+`Retry-After`, and the delay rule before a retry (`retry_delay_s`). Whether to retry is the caller's policy: the
+shipper retries forever, `fleetprof replay` for a bounded time (`Transport.request_retrying`), other CLI commands
+fail fast.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -51,6 +56,17 @@ def _retry_after(value: str | None) -> float | None:
             return max(0.0, parsedate_to_datetime(value).timestamp() - time())
         except (TypeError, ValueError):
             return None
+
+
+def retry_delay_s(exc: TransportError, attempt: int, *, base_s: float = 0.5, max_s: float = 60.0,
+                  rng: Callable[[], float] = random.random) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1, 2, ...) of a retryable request: a `Retry-After`
+    as given (plus up to 10% jitter, at most 1 s), else exponential backoff capped at `max_s`, half of it random,
+    so that clients coming back after an outage do not stampede the collector."""
+    if exc.retry_after_s is not None:
+        return exc.retry_after_s + rng() * min(1.0, exc.retry_after_s * 0.1)
+    ceiling = min(max_s, base_s * (2 ** min(attempt, 30)))
+    return ceiling / 2 + rng() * ceiling / 2
 
 
 def _error_message(resp: httpx.Response) -> str:
@@ -121,6 +137,24 @@ class Transport:
 
     def post_json(self, path: str, payload: Any) -> Response:
         return self.request("POST", path, json_body=payload)
+
+    def request_retrying(self, method: str, path: str, *, give_up_after_s: float, max_delay_s: float = 10.0,
+                         sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Response:
+        """`request`, retried on retryable errors (network, 408, 429, 5xx; `retry_delay_s`) until it succeeds or
+        the next wait would end past `give_up_after_s`; then the last error is raised. Only for idempotent
+        requests (ingest batches are, by (agent, seq); job registration is an upsert)."""
+        deadline = time.monotonic() + give_up_after_s
+        attempt = 0
+        while True:
+            try:
+                return self.request(method, path, **kwargs)
+            except TransportError as exc:
+                attempt += 1
+                delay = retry_delay_s(exc, attempt, max_s=max_delay_s)
+                if not exc.retryable or time.monotonic() + delay > deadline:
+                    raise
+                log.info("%s; retry %d in %.1f s", exc, attempt, delay)
+                sleep(delay)
 
     def get_json(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None}).body

@@ -3,6 +3,10 @@
 FILE is an `nvidia-smi --query-gpu=... --format=csv` log (or a capture holding such sections) or a fleetprof
 JSONL recording. The job is registered, bound to the recording's GPUs, and marked finished at the end of the
 file unless --keep-running. It is the demo source and a load generator (`--realtime` paces it as recorded).
+
+A collector that sheds load (429/503 + Retry-After) or is briefly down is waited for, up to --retry-for seconds
+per request: every request is idempotent (a batch is stored once by (agent, seq); registration is an upsert), so
+a retry never duplicates. A refusal that will not change (400, 401, 403, 413, 422) fails at once.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realtime", action="store_true", help="pace batches as recorded")
     parser.add_argument("--keep-running", action="store_true", help="do not mark the job finished at the end")
     parser.add_argument("--batch-steps", type=int, default=10, help="sampling instants per batch (default 10)")
+    parser.add_argument("--retry-for", type=float, default=120.0, metavar="SECONDS",
+                        help="keep retrying a request the collector refuses for now (429, 5xx, unreachable) for "
+                             "this long, honouring Retry-After (default 120; 0: fail at once)")
     add_server_arguments(parser)
 
 
@@ -43,9 +50,15 @@ def run(args: argparse.Namespace) -> int:
     steps = list(iter_timesteps(rec))
     sent = 0
     prev_hi = rec.start_ts
+    if args.retry_for < 0:
+        raise CliError(f"--retry-for must be >= 0, not {args.retry_for}")
     with client_transport(args.server, args.token) as t:
+
+        def post(path: str, payload: dict[str, object]) -> None:
+            t.request_retrying("POST", path, json_body=payload, give_up_after_s=args.retry_for)
+
         try:
-            t.post_json("/api/v1/jobs", {
+            post("/api/v1/jobs", {
                 "job_id": args.job_id, "team": args.team, "node": args.node, "state": "running",
                 "started_at": rec.start_ts, "gpu_uuids": [g.uuid for g in rec.gpus],
                 "metadata": {"replay": True, "replay_file": str(args.file), "recording_source": rec.source},
@@ -61,12 +74,12 @@ def run(args: argparse.Namespace) -> int:
                                    processes=procs)
                 if args.realtime and seq > 0:
                     time.sleep(max(0.0, lo - prev_hi))
-                t.post_json("/api/v1/ingest/samples", batch.model_dump(mode="json", exclude_none=True))
+                post("/api/v1/ingest/samples", batch.model_dump(mode="json", exclude_none=True))
                 prev_hi = hi
                 sent += len(rows)
             if not args.keep_running:
-                t.post_json("/api/v1/jobs", {"job_id": args.job_id, "state": "finished", "ended_at": rec.end_ts,
-                                             "exit_code": 0})
+                post("/api/v1/jobs", {"job_id": args.job_id, "state": "finished", "ended_at": rec.end_ts,
+                                      "exit_code": 0})
         except TransportError as exc:
             raise CliError(str(exc)) from None
     print(f"replayed {sent} samples of {len(rec.gpus)} GPU(s) from {args.file} as job {args.job_id} "

@@ -78,13 +78,19 @@ def test_replayed_capture_report_matches_the_log(client_env, capture):
         assert report["utilization"]["gpu_mean_pct"] == pytest.approx(expected["gpu_mean_pct"], abs=1e-9)
 
 
-def test_plain_csv_log_and_table_and_html_formats(client_env, tmp_path):
+def _plain_log(tmp_path: Path) -> Path:
+    """What `nvidia-smi --query-gpu=... --format=csv -l 1 > log` writes, cut from a real H200 capture."""
     capture = next(c for c in CAPTURES if "h200" in c.name)
     lines = capture.read_text().splitlines()
     header = next(i for i, ln in enumerate(lines) if ln.startswith("timestamp, driver_version"))
-    log = tmp_path / "nvidia-smi.csv"  # what `nvidia-smi --query-gpu=... --format=csv -l 1 > log` writes
+    log = tmp_path / "nvidia-smi.csv"
     body = [ln for ln in lines if ln.startswith("20") and ln.count(",") == lines[header].count(",")]
     log.write_text("\n".join([lines[header], *body]) + "\n")
+    return log
+
+
+def test_plain_csv_log_and_table_and_html_formats(client_env, tmp_path):
+    log = _plain_log(tmp_path)
     expected = _expected(log)
     assert _fleetprof(["replay", str(log), "--job-id", "plain-1", "--node", "n9"], client_env).returncode == 0
     table = _fleetprof(["report", "plain-1"], client_env)
@@ -109,3 +115,25 @@ def test_client_errors_are_clear(client_env, tmp_path):
     env = {k: v for k, v in client_env.items() if k != "FLEETPROF_TOKEN"}
     r = _fleetprof(["report", "x"], env)
     assert r.returncode == 2 and "FLEETPROF_TOKEN" in r.stderr
+
+
+def test_replay_waits_out_a_rate_limited_collector(cli_env, make_token, tmp_path):
+    """A collector shedding load (429 + Retry-After) slows a replay down but loses and duplicates nothing; with
+    --retry-for 0 the same refusal is a clear CLI error."""
+    from tests.conftest import server_process
+
+    log = _plain_log(tmp_path)
+    rows = _expected(log)["rows"]
+    env = dict(cli_env, FLEETPROF_RATE_LIMIT_PER_S="4", FLEETPROF_RATE_LIMIT_BURST="2")
+    with server_process(env, tmp_path / "server.log") as url:
+        client = {**cli_env, "FLEETPROF_SERVER_URL": url, "FLEETPROF_TOKEN": make_token("operator")}
+        args = ["replay", str(log), "--node", "n-limited", "--batch-steps", "1"]
+        r = _fleetprof([*args, "--job-id", "limited-0", "--retry-for", "0"], client)
+        assert r.returncode == 2 and "429" in r.stderr and "rate limit" in r.stderr
+        r = _fleetprof([*args, "--job-id", "limited-1"], client)  # rows + 2 requests at 4/s after a burst of 2
+        assert r.returncode == 0, r.stderr
+        report = json.loads(_fleetprof(["report", "limited-1", "--format", "json"], client).stdout)
+    assert report["state"] == "finished"
+    assert [g["samples"] for g in report["gpus"]] == [rows]  # every row stored, once
+    r = _fleetprof(["replay", str(log), "--job-id", "x", "--node", "n", "--retry-for", "-1"], client)
+    assert r.returncode == 2 and "--retry-for" in r.stderr
