@@ -261,6 +261,23 @@ def _nansum_or_none(a: np.ndarray) -> float | None:
     return None if a.size == 0 or np.all(np.isnan(a)) else float(np.nansum(a))
 
 
+def rollup_totals(rollups: Mapping[str, Any], *, now: float, window_s: float = 86_400.0) -> dict[str, Any]:
+    """What fleet_summary needs of the hourly rollups starting in [now − window_s, now): distinct GPUs and the
+    sums of covered_s, busy_s, util_busy_s and energy_j (None where no row knows them, as SQL's SUM)."""
+    hour_start = np.asarray(rollups["hour_start"], dtype=np.float64)
+    sel = (hour_start >= now - window_s) & (hour_start < now)
+
+    def col(name: str) -> np.ndarray:
+        return np.asarray(rollups[name], dtype=np.float64)[sel]
+
+    uuids = np.asarray(rollups["gpu_uuid"], dtype=object)[sel]
+    return {
+        "gpus": int(np.unique(uuids.astype(str)).size) if uuids.size else 0,
+        "covered_s": float(np.sum(col("covered_s"))),
+        **{k: _nansum_or_none(col(k)) for k in ("busy_s", "util_busy_s", "energy_j")},
+    }
+
+
 def fleet_summary(rollups: Mapping[str, Any], *, now: float, window_s: float = 86_400.0,
                   current_util_pct: Mapping[str, float | None] | None = None,
                   jobs: Sequence[Mapping[str, Any]] = (), top_n: int = 10) -> dict[str, Any]:
@@ -269,16 +286,16 @@ def fleet_summary(rollups: Mapping[str, Any], *, now: float, window_s: float = 8
     `current_util_pct`: the latest utilization per GPU (None = unknown); a GPU below IDLE_UTIL_PCT is idle
     now. `jobs`: rows from `job_fleet_row` for the jobs in the window (memory stranded, most wasteful).
     """
-    hour_start = np.asarray(rollups["hour_start"], dtype=np.float64)
-    sel = (hour_start >= now - window_s) & (hour_start < now)
+    return summary_from_totals(rollup_totals(rollups, now=now, window_s=window_s), window_s=window_s,
+                               current_util_pct=current_util_pct, jobs=jobs, top_n=top_n)
 
-    def col(name: str) -> np.ndarray:
-        return np.asarray(rollups[name], dtype=np.float64)[sel]
 
-    covered, busy, util_busy = col("covered_s"), col("busy_s"), col("util_busy_s")
-    uuids = np.asarray(rollups["gpu_uuid"], dtype=object)[sel]
-    gpu_hours = float(np.sum(covered)) / HOUR_S
-    busy_h = _nansum_or_none(busy)
+def summary_from_totals(totals: Mapping[str, Any], *, window_s: float,
+                        current_util_pct: Mapping[str, float | None] | None = None,
+                        jobs: Sequence[Mapping[str, Any]] = (), top_n: int = 10) -> dict[str, Any]:
+    """fleet_summary from `rollup_totals` (or the same sums computed by the database)."""
+    gpu_hours = totals["covered_s"] / HOUR_S
+    busy_s, util_busy_s = totals["busy_s"], totals["util_busy_s"]
     idle_now = unknown_now = None
     if current_util_pct is not None:
         vals = list(current_util_pct.values())
@@ -289,15 +306,14 @@ def fleet_summary(rollups: Mapping[str, Any], *, now: float, window_s: float = 8
                       key=lambda j: -j["wasted_gpu_hours"])[:top_n]
     return {
         "window_s": window_s,
-        "gpus": int(np.unique(uuids.astype(str)).size) if uuids.size else 0,
+        "gpus": totals["gpus"],
         "gpu_hours": gpu_hours,
-        "busy_gpu_hours": None if busy_h is None else busy_h / HOUR_S,
-        "busy_fraction": (busy_h / HOUR_S / gpu_hours) if (busy_h is not None and gpu_hours > 0) else None,
-        "util_weighted_gpu_hours": None if _nansum_or_none(util_busy) is None
-        else _nansum_or_none(util_busy) / HOUR_S,  # type: ignore[operator]
+        "busy_gpu_hours": None if busy_s is None else busy_s / HOUR_S,
+        "busy_fraction": (busy_s / HOUR_S / gpu_hours) if (busy_s is not None and gpu_hours > 0) else None,
+        "util_weighted_gpu_hours": None if util_busy_s is None else util_busy_s / HOUR_S,
         "idle_gpus_now": idle_now,
         "gpus_unknown_now": unknown_now,
-        "energy_j": _nansum_or_none(col("energy_j")),
+        "energy_j": totals["energy_j"],
         "memory_stranded_bytes": sum(stranded) if stranded else None,
         "most_wasteful_jobs": [dict(j) for j in wasteful],
     }

@@ -4,8 +4,9 @@ cluster series); this module only moves data between Postgres and those function
 - `rollup_hours`: raw samples of the touched hours -> per GPU, `reduce_hours` -> `gpu_hourly`, and the same
   split by the job↔GPU windows (`attributed_rollup`) -> `gpu_job_hourly` (both replaced).
 - `rollup_rows`: hourly rows per GPU, node (`gpu_hourly`) or team (`gpu_job_hourly`), summed in SQL.
-- `summary`: `gpu_hourly` summed per GPU in SQL (so 10,000 GPUs x 24 h is one GROUP BY, not 240,000 rows in
-  Python), latest utilization per GPU, and per-job rows from cached reports -> `fleet_summary`.
+- `summary`: `gpu_hourly` summed in SQL to the few totals the summary needs (10,000 GPUs x 24 h is one aggregate,
+  not 240,000 rows in Python), latest utilization per GPU, and per-job rows from cached reports ->
+  `summary_from_totals` (server.analysis.fleet.fleet_summary's second half).
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from sqlalchemy.orm import Session
 
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
-                                   attribution_weights, fleet_summary, group_figures, job_fleet_row, reduce_hours,
-                                   sample_terms)
+                                   attribution_weights, group_figures, job_fleet_row, reduce_hours,
+                                   sample_terms, summary_from_totals)
 from server.db import is_postgres
 from server.ingest.bulk import insert_ignore
-from server.jobs.report_service import epoch_column, link_window
+from server.jobs.report_service import epoch_column, float_rows, link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report
 from server.models.base import from_epoch
 
@@ -36,6 +37,7 @@ HOUR_S = 3600.0
 CURRENT_WINDOW_S = 300.0  # a GPU's "now" is its latest sample within this window
 # One interval past the end is read so that the last interval of the last hour has its closing sample.
 LOOKAHEAD_S = 120.0
+ROLLUP_GPUS_PER_READ = 200  # GPUs whose raw samples one rollup read holds in memory
 ROLLUP_LOCK_KEY = 0x666C7072_6F6C6C  # "flproll": the transaction-level advisory lock of rollup_hours
 
 
@@ -85,21 +87,33 @@ def rollup_hours(session: Session, *, since: float, until: float, now: float | N
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROLLUP_LOCK_KEY})
     h0 = since - since % HOUR_S
     h1 = until - until % HOUR_S + HOUR_S
-    t = GpuSample.__table__
-    rows = session.execute(
-        select(t.c.gpu_id, epoch_column(session, t.c.ts), t.c.gpu_util_pct,
-               func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j)
-        .where(t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts)
-    ).all()
     for table in (GpuHourly, GpuJobHourly):
         session.execute(delete(table).where(table.hour >= from_epoch(h0), table.hour < from_epoch(h1)))
-    if not rows:
-        return 0
     windows = _job_windows(session, since=h0, until=h1 + LOOKAHEAD_S, now=now)
+    gpu_ids = list(session.scalars(select(Gpu.id).order_by(Gpu.id)))
+    written = 0
+    # GPU ranges of ROLLUP_GPUS_PER_READ: memory stays bounded by one range's samples (at 1 Hz, 3 h of 10,000 GPUs
+    # is 108 M rows; one range is ~2 M), each range one primary-key range scan per partition.
+    for i in range(0, len(gpu_ids), ROLLUP_GPUS_PER_READ):
+        ids = gpu_ids[i:i + ROLLUP_GPUS_PER_READ]
+        written += _rollup_gpu_range(session, ids[0], ids[-1], h0=h0, h1=h1, windows=windows)
+    return written
+
+
+def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: float, h1: float,
+                      windows: dict[int, list[tuple[int, float, float]]]) -> int:
+    """rollup_hours for the GPUs with first_id <= id <= last_id; returns the gpu_hourly rows written."""
+    t = GpuSample.__table__
+    a = float_rows(session, select(
+        t.c.gpu_id, epoch_column(session, t.c.ts), t.c.gpu_util_pct,
+        func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j)
+        .where(t.c.gpu_id >= first_id, t.c.gpu_id <= last_id,
+               t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts), 6)
+    if not a.size:
+        return 0
     fields = [*ROLLUP_FIELDS, ENERGY_SOURCE]
     per_gpu: dict[str, list[Any]] = {"gpu_id": [], **{f: [] for f in fields}}
     per_job: dict[str, list[Any]] = {"gpu_id": [], "key": [], **{f: [] for f in fields}}
-    a = np.array(rows, dtype=np.float64)
     bounds = np.flatnonzero(np.diff(a[:, 0])) + 1
     for part in np.split(a, bounds):
         gpu_id = int(part[0, 0])
@@ -265,30 +279,22 @@ def _in_parallel(session: Session, read: Callable[..., Any], *args: Any) -> Futu
 def summary(session: Session, *, window_s: float, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     start = now - window_s
-    hour0 = start - start % HOUR_S
     since = from_epoch(start)
     # The current utilization and the job rows are independent reads: on Postgres they run on connections of
     # their own while this one aggregates the rollups (10,000 GPUs x 24 h: ~80 + ~50 + ~30 ms, now overlapped).
     util_read = _in_parallel(session, _latest_util, now)
     jobs_read = _in_parallel(session, job_rows, since)
-    per_gpu = session.execute(
-        select(GpuHourly.gpu_id, func.count(), func.sum(GpuHourly.covered_s), func.sum(GpuHourly.busy_s),
-               func.sum(GpuHourly.util_busy_s), func.sum(GpuHourly.energy_j), func.max(GpuHourly.memory_peak_bytes),
-               func.sum(GpuHourly.samples))
-        .where(GpuHourly.hour >= from_epoch(first_hour(start)))  # as fleet_summary counts hours
-        .group_by(GpuHourly.gpu_id)
-    ).all()
-    # One pseudo-rollup row per GPU, stamped at the window start: fleet_summary sums these like hour rows.
-    rollups: dict[str, Any] = {
-        "gpu_uuid": np.array([str(r[0]) for r in per_gpu], dtype=object),
-        "hour_start": np.full(len(per_gpu), max(start, hour0)),
-        "covered_s": np.array([r[2] or 0.0 for r in per_gpu], dtype=np.float64),
-        "busy_s": np.array([np.nan if r[3] is None else r[3] for r in per_gpu], dtype=np.float64),
-        "util_busy_s": np.array([np.nan if r[4] is None else r[4] for r in per_gpu], dtype=np.float64),
-        "energy_j": np.array([np.nan if r[5] is None else r[5] for r in per_gpu], dtype=np.float64),
-    }
-    out = fleet_summary(rollups, now=now, window_s=window_s + HOUR_S, current_util_pct=util_read.result(),
-                        jobs=jobs_read.result())
+    # The sums fleet_summary needs, as one row: 10,000 GPUs x 24 h is one aggregate, not rows shipped to Python.
+    # Hours are counted as fleet_summary counts them (first_hour).
+    g = GpuHourly
+    row = session.execute(
+        select(func.count(func.distinct(g.gpu_id)), func.sum(g.covered_s), func.sum(g.busy_s), func.sum(g.util_busy_s),
+               func.sum(g.energy_j))
+        .where(g.hour >= from_epoch(first_hour(start)), g.hour < from_epoch(now))
+    ).one()
+    totals = {"gpus": int(row[0] or 0), "covered_s": float(row[1] or 0.0),
+              **{k: None if v is None else float(v) for k, v in zip(("busy_s", "util_busy_s", "energy_j"), row[2:])}}
+    out = summary_from_totals(totals, window_s=window_s, current_util_pct=util_read.result(), jobs=jobs_read.result())
     out["window_s"] = window_s
     out["generated_at"] = now
     out["gpus_total"] = session.scalar(select(func.count()).select_from(Gpu)) or 0

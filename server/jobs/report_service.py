@@ -69,9 +69,13 @@ def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[
     return out
 
 
-def _copy_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """Postgres: the result as float64 through COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU
-    series is 86,400 rows: building Python tuples for them cost ~10x more)."""
+def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The result of `stmt` (numeric or null columns) as a float64 array, null as NaN. Postgres: through
+    COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU series is 86,400 rows: building Python tuples for
+    them cost ~10x more); SQLite: through rows."""
+    if not is_postgres(session):
+        rows = session.execute(stmt).all()
+        return np.array(rows, dtype=np.float64) if rows else np.empty((0, ncols))
     import io
 
     import pandas as pd
@@ -91,11 +95,7 @@ def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
     table = GpuSample.__table__
     stmt = (select(epoch_column(session, table.c.ts), *(table.c[c] for c in columns))
             .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))
-    if is_postgres(session):
-        data = _copy_rows(session, stmt, len(columns) + 1)
-    else:
-        rows = session.execute(stmt).all()
-        data = np.array(rows, dtype=np.float64) if rows else np.empty((0, len(columns) + 1))
+    data = float_rows(session, stmt, len(columns) + 1)
     return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
                      columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source)
 

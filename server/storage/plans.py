@@ -11,7 +11,7 @@ checked as it now is:
         plan = explain(session, stmt, catalog=Catalog.load(session))
 
 Two ways out of the code: what SQLAlchemy executes (a connection event), and the `COPY (SELECT …) TO STDOUT`
-that bulk readers (`report_service._copy_rows`) issue on the raw psycopg2 cursor, which SQLAlchemy never sees (a
+that bulk readers (`report_service.float_rows`) issue on the raw psycopg2 cursor, which SQLAlchemy never sees (a
 recording cursor class on that connection while the capture lasts).
 """
 
