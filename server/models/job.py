@@ -15,8 +15,10 @@ TERMINAL_STATES = frozenset({"finished", "failed", "killed", "oom"})
 class Job(Base):
     __tablename__ = "jobs"
     # ix_jobs_name_team_started: the runs of one recurring job (right-sizing history) without scanning the team's.
+    # ix_jobs_ended_at: the jobs running or ended since T (fleet summary, headroom, rollup job windows).
     __table_args__ = (Index("ix_jobs_team_started", "team", "started_at"), Index("ix_jobs_state", "state"),
-                      Index("ix_jobs_name_team_started", "name", "team", "started_at"))
+                      Index("ix_jobs_name_team_started", "name", "team", "started_at"),
+                      Index("ix_jobs_ended_at", "ended_at"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     # Chosen by users or schedulers; the public identifier in every path.
