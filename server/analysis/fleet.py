@@ -287,23 +287,34 @@ def fleet_summary(rollups: Mapping[str, Any], *, now: float, window_s: float = 8
     now. `jobs`: rows from `job_fleet_row` for the jobs in the window (memory stranded, most wasteful).
     """
     return summary_from_totals(rollup_totals(rollups, now=now, window_s=window_s), window_s=window_s,
-                               current_util_pct=current_util_pct, jobs=jobs, top_n=top_n)
+                               gpus_now=None if current_util_pct is None else gpus_now(current_util_pct),
+                               jobs=job_figures(jobs, top_n=top_n))
 
 
-def summary_from_totals(totals: Mapping[str, Any], *, window_s: float,
-                        current_util_pct: Mapping[str, float | None] | None = None,
-                        jobs: Sequence[Mapping[str, Any]] = (), top_n: int = 10) -> dict[str, Any]:
-    """fleet_summary from `rollup_totals` (or the same sums computed by the database)."""
-    gpu_hours = totals["covered_s"] / HOUR_S
-    busy_s, util_busy_s = totals["busy_s"], totals["util_busy_s"]
-    idle_now = unknown_now = None
-    if current_util_pct is not None:
-        vals = list(current_util_pct.values())
-        idle_now = sum(1 for v in vals if v is not None and v < IDLE_UTIL_PCT)
-        unknown_now = sum(1 for v in vals if v is None)
+def gpus_now(current_util_pct: Mapping[str, float | None]) -> dict[str, int]:
+    """GPUs idle now (latest utilization below IDLE_UTIL_PCT) and GPUs whose latest utilization is unknown (None:
+    e.g. MIG, where NVML has none), from the latest utilization per GPU."""
+    vals = list(current_util_pct.values())
+    return {"idle_gpus_now": sum(1 for v in vals if v is not None and v < IDLE_UTIL_PCT),
+            "gpus_unknown_now": sum(1 for v in vals if v is None)}
+
+
+def job_figures(jobs: Sequence[Mapping[str, Any]], *, top_n: int = 10) -> dict[str, Any]:
+    """The summary's figures of the window's jobs (`job_fleet_row` rows): memory stranded (held by jobs, never
+    used: Σ capacity − NVML peak; None when no job knows it) and the `top_n` jobs by wasted GPU-hours."""
     stranded = [j["memory_stranded_bytes"] for j in jobs if j.get("memory_stranded_bytes") is not None]
     wasteful = sorted((j for j in jobs if j.get("wasted_gpu_hours") is not None),
                       key=lambda j: -j["wasted_gpu_hours"])[:top_n]
+    return {"memory_stranded_bytes": sum(stranded) if stranded else None,
+            "most_wasteful_jobs": [dict(j) for j in wasteful]}
+
+
+def summary_from_totals(totals: Mapping[str, Any], *, window_s: float, gpus_now: Mapping[str, int] | None,
+                        jobs: Mapping[str, Any]) -> dict[str, Any]:
+    """fleet_summary from `rollup_totals`, `gpus_now` (None: not known) and `job_figures`, or the same figures
+    computed by the database."""
+    gpu_hours = totals["covered_s"] / HOUR_S
+    busy_s, util_busy_s = totals["busy_s"], totals["util_busy_s"]
     return {
         "window_s": window_s,
         "gpus": totals["gpus"],
@@ -311,9 +322,9 @@ def summary_from_totals(totals: Mapping[str, Any], *, window_s: float,
         "busy_gpu_hours": None if busy_s is None else busy_s / HOUR_S,
         "busy_fraction": (busy_s / HOUR_S / gpu_hours) if (busy_s is not None and gpu_hours > 0) else None,
         "util_weighted_gpu_hours": None if util_busy_s is None else util_busy_s / HOUR_S,
-        "idle_gpus_now": idle_now,
-        "gpus_unknown_now": unknown_now,
+        "idle_gpus_now": None if gpus_now is None else gpus_now["idle_gpus_now"],
+        "gpus_unknown_now": None if gpus_now is None else gpus_now["gpus_unknown_now"],
         "energy_j": totals["energy_j"],
-        "memory_stranded_bytes": sum(stranded) if stranded else None,
-        "most_wasteful_jobs": [dict(j) for j in wasteful],
+        "memory_stranded_bytes": jobs["memory_stranded_bytes"],
+        "most_wasteful_jobs": jobs["most_wasteful_jobs"],
     }

@@ -177,10 +177,15 @@ def test_fleet_summary_reads_the_window_of_rollups_and_the_current_day(fleet, wi
 
     window_s = parse_window(window)
     plans = _plans(fleet, lambda: fleet_service.summary(fleet.session, window_s=window_s, now=fleet.now))
-    (rollups,) = _reads_of(plans, "gpu_hourly")
-    check_read(rollups, fleet, "gpu_hourly", fleet.now - window_s - HOUR_S, None, {"ix_gpu_hourly_hour": "hour"})
-    (latest,) = _reads_of(plans, "gpu_samples")  # each GPU's current utilization: the last 5 minutes only
-    check_read(latest, fleet, "gpu_samples", fleet.now - fleet_service.CURRENT_WINDOW_S, None, LATEST)
+    # The rollup sums (by hour) and the GPUs with rollups in the window (one primary-key probe per GPU).
+    rollups = _reads_of(plans, "gpu_hourly")
+    assert len(rollups) == 2
+    for plan in rollups:
+        check_read(plan, fleet, "gpu_hourly", fleet.now - window_s - HOUR_S, None,
+                   {"ix_gpu_hourly_hour": "hour", "pk_gpu_hourly": "gpu_id"})
+    (latest,) = _reads_of(plans, "gpu_samples")  # each GPU's current utilization: within 5 minutes of now only
+    check_read(latest, fleet, "gpu_samples", fleet.now - fleet_service.CURRENT_WINDOW_S,
+               fleet.now + fleet_service.CURRENT_WINDOW_S, LATEST)
 
 
 @pytest.mark.parametrize("window", ["24h", "7d"])
