@@ -119,6 +119,7 @@ def main() -> int:
     parser.add_argument("--fleet-gpus", type=int, default=10_000)
     parser.add_argument("--fleet-jobs", type=int, default=5_000, help="jobs active in the window, with reports")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--summary-calls", type=int, default=30)
     args = parser.parse_args()
     db = f"fleetprof_bench_char_{os.getpid()}"
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -149,16 +150,20 @@ def main() -> int:
         with session_scope(factory) as session:
             report = session.get(Report, (job_pk, ANALYZER_VERSION)).data
         fleet_load_s = load_fleet(factory, args.fleet_gpus, 24, now, jobs=args.fleet_jobs, report=report)
+        # What autovacuum does in production (it is off on this machine): statistics for the planner.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE"))
         with session_scope(factory) as session:
             token = create_token(session, scope="operator")
         lat = []
         with TestClient(create_app(settings)) as api:
-            for _ in range(10):
+            for _ in range(args.summary_calls + 1):
                 start = time.perf_counter()
                 r = api.get("/api/v1/fleet/summary", params={"window": "24h"}, headers={"Authorization": f"Bearer {token}"})
                 lat.append(time.perf_counter() - start)
                 assert r.status_code == 200, r.text
             body = r.json()
+        first, lat = lat[0], sorted(lat[1:])
         engine.dispose()
         print(f"{'job samples (24 h x GPUs x 1 Hz)':<44}{samples:,}")
         print(f"{'write through bulk insert':<44}{load_s:.1f} s")
@@ -167,8 +172,11 @@ def main() -> int:
         print(f"{'fleet rollup rows (GPUs x 24 h)':<44}{args.fleet_gpus * 24:,}  (fleet loaded in {fleet_load_s:.1f} s)")
         print(f"{'fleet jobs with reports (report size)':<44}{args.fleet_jobs:,}  ({len(json.dumps(report)) / 1024:.0f} kB "
               f"of JSON each)")
-        print(f"{'GET /fleet/summary p50 / max (10 calls)':<44}{statistics.median(lat) * 1000:.0f} ms / "
-              f"{max(lat) * 1000:.0f} ms   (target <= 200 ms)")
+        p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))]
+        print(f"{f'GET /fleet/summary p50 / p95 / max ({len(lat)} calls)':<48}{statistics.median(lat) * 1000:.0f} / "
+              f"{p95 * 1000:.0f} / {max(lat) * 1000:.0f} ms   (target <= 200 ms; the first call, opening the "
+              f"reader connections: {first * 1000:.0f} ms)")
+        print(f"{'load average after':<44}{os.getloadavg()[0]:.1f}")
         print(f"{'summary: gpus / gpu_hours / busy_fraction':<44}{body['gpus']} / {body['gpu_hours']:.0f} / "
               f"{body['busy_fraction']:.3f}")
         print(f"{'summary: idle now / stranded / wasteful':<44}{body['idle_gpus_now']} / "

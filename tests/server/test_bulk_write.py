@@ -102,3 +102,27 @@ def test_a_value_postgres_refuses_is_the_clients_error_and_loses_nothing(api, ma
     good = sample_batch(seq=1, n=2, gpus=1)
     r = api.post("/api/v1/ingest/samples", content=gz(good), headers={**auth(token), "Content-Encoding": "gzip"})
     assert r.status_code == 200 and r.json()["accepted"] == 2, r.text
+
+
+def test_float_rows_by_binary_copy_equals_the_rows_with_nulls_as_nan(pg_engine):
+    """report_service.float_rows (binary COPY on Postgres) returns exactly what the driver returns row by row,
+    null as NaN, in the statement's order; an empty result is an empty (0, n) array."""
+    import numpy as np
+    from sqlalchemy import column, select, table, text
+    from sqlalchemy.orm import Session
+
+    from server.jobs.report_service import float_rows
+
+    with pg_engine.begin() as conn:
+        conn.execute(text("CREATE TEMP TABLE ft (k bigint, x double precision, n integer, b bigint)"))
+        conn.execute(text("INSERT INTO ft VALUES (3, 0.1, NULL, 9007199254740993), (1, -2.5e300, 7, NULL), "
+                          "(2, NULL, -1, 0)"))
+        session = Session(bind=conn)
+        ft = table("ft", column("k"), column("x"), column("n"), column("b"))
+        stmt = select(ft.c.k, ft.c.x, ft.c.n, ft.c.b).order_by(ft.c.k)
+        got = float_rows(session, stmt, 4)
+        expected = np.array(session.execute(stmt).all(), dtype=np.float64)
+        assert got.shape == (3, 4) and np.array_equal(got, expected, equal_nan=True)
+        assert list(got[:, 0]) == [1.0, 2.0, 3.0] and np.isnan(got[1, 1]) and np.isnan(got[0, 3])
+        assert float_rows(session, stmt.where(ft.c.k > 5), 4).shape == (0, 4)
+        conn.execute(text("DROP TABLE ft"))
