@@ -91,26 +91,3 @@ def encode(pg_types: Sequence[str], columns: Sequence[Sequence[object]]) -> byte
         parts.append(rec.tobytes())
     parts.append(TRAILER)
     return b"".join(parts)
-
-
-def decode_float8(payload: bytes, ncols: int) -> np.ndarray:
-    """A binary COPY of rows of `ncols` non-null double precision fields -> float64 array (rows x ncols).
-
-    Every row then has one layout (int16 count, and per field int32 length 8 + 8 bytes), so the whole payload is
-    one numpy structured view: no per-value parsing or formatting on either side (text COPY spent most of its time
-    formatting floats in Postgres and parsing them in Python)."""
-    if not payload.startswith(SIGNATURE[:11]):
-        raise ValueError("not a binary COPY payload")
-    start = 19 + int.from_bytes(payload[15:19], "big")  # past the header extension
-    if payload[-2:] != TRAILER:
-        raise ValueError("binary COPY payload without its trailer")
-    fields = [("n", ">i2")] + [x for i in range(ncols) for x in ((f"len{i}", ">i4"), (f"v{i}", ">f8"))]
-    rows = np.frombuffer(payload, dtype=np.dtype(fields), offset=start,
-                         count=(len(payload) - start - 2) // (2 + 12 * ncols))
-    if (len(payload) - start - 2) % (2 + 12 * ncols) or np.any(rows["n"] != ncols) or any(
-            np.any(rows[f"len{i}"] != 8) for i in range(ncols)):
-        raise ValueError(f"binary COPY rows are not {ncols} non-null float8 fields each")
-    out = np.empty((rows.size, ncols), dtype=np.float64)
-    for i in range(ncols):
-        out[:, i] = rows[f"v{i}"]
-    return out
