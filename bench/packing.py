@@ -69,7 +69,7 @@ def main() -> None:
         row(name, trace, {})
     trace = synthetic_training_trace(args.synthetic, seed=0)
     # the quadratic-ish heuristics are timed on their own so the table shows why plan_offsets skips them
-    row(f"synthetic training trace (seed 0)", trace, {"greedy_by_size": 30_000})
+    row("synthetic training trace (seed 0)", trace, {"greedy_by_size": 30_000})
 
 
 if __name__ == "__main__":

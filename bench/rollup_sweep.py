@@ -4,10 +4,10 @@ wall time and the sweeping process's peak memory.
 On a database of its own (dropped at the end), migrated with the real migrations: --gpus GPUs on 8-GPU nodes,
 raw samples at 1 Hz over the last --hours hours (generated in SQL, the columns of bench/storage_plans.py), one
 job per node; then the sweep runs in a fresh child process (so its peak RSS is the sweep's, not the generator's)
-with the product's GPU range size, or with --gpus-per-read N to compare (N >= --gpus: everything in one read,
+with the product's GPU range size, or with --gpus-per-range N to compare (N >= --gpus: everything in one read,
 as the sweep did before it went by GPU ranges).
 
-    .venv/bin/python bench/rollup_sweep.py [--gpus 1000] [--hours 3] [--gpus-per-read N]
+    .venv/bin/python bench/rollup_sweep.py [--gpus 1000] [--hours 3] [--gpus-per-range N]
 
 At 10,000 GPUs the sweep's 3 h are 108 M raw rows (~27 GB of table at 252 B/row), more than this machine
 should generate for a benchmark; the figures per GPU at 1,000-2,000 GPUs show how it scales.
@@ -76,12 +76,12 @@ def generate(url: str, gpus: int, hours: int, now: float) -> int:
     return rows
 
 
-def sweep(url: str, now: float, gpus_per_read: int | None, out: Any) -> None:
+def sweep(url: str, now: float, gpus_per_range: int | None, out: Any) -> None:
     """In a child process: the beat task's call, timed; peak RSS before and after."""
     from server.fleet import service
 
-    if gpus_per_read:
-        service.ROLLUP_GPUS_PER_READ = gpus_per_read
+    if gpus_per_range:
+        service.ROLLUP_GPUS_PER_RANGE = gpus_per_range
     engine = make_engine(ServerSettings(database_url=url))
     factory = make_sessionmaker(engine)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -90,14 +90,14 @@ def sweep(url: str, now: float, gpus_per_read: int | None, out: Any) -> None:
         written = service.rollup_hours(session, since=now - 2 * HOUR_S, until=now, now=now)
     out.put({"seconds": time.perf_counter() - t0, "rows": written, "rss0_kib": rss0,
              "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-             "gpus_per_read": service.ROLLUP_GPUS_PER_READ})
+             "gpus_per_range": service.ROLLUP_GPUS_PER_RANGE})
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--hours", type=int, default=3, help="hours of 1 Hz raw samples (the sweep reads 3)")
-    parser.add_argument("--gpus-per-read", type=int, action="append", default=[],
+    parser.add_argument("--gpus-per-range", type=int, action="append", default=[],
                         help="GPU range size of one read (repeat to compare; default: the product's)")
     args = parser.parse_args()
     db = f"fleetprof_bench_rollup_{os.getpid()}"
@@ -114,13 +114,13 @@ def main() -> int:
         print(f"generated {rows:,} raw rows ({args.gpus:,} GPUs x {args.hours} h at 1 Hz) in "
               f"{time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
         ctx = multiprocessing.get_context("spawn")
-        for n in args.gpus_per_read or [None]:
+        for n in args.gpus_per_range or [None]:
             q = ctx.Queue()
             p = ctx.Process(target=sweep, args=(url, now, n, q))
             p.start()
             r = q.get()
             p.join()
-            print(f"rollup sweep (last 2 h -> 3 clock hours), {r['gpus_per_read']:,} GPUs per read: "
+            print(f"rollup sweep (last 2 h -> 3 clock hours), {r['gpus_per_range']:,} GPUs per range: "
                   f"{r['seconds']:.1f} s, {r['rows']:,} gpu_hourly rows, "
                   f"{rows / r['seconds'] / 1e6:.2f} M raw rows/s, peak RSS {r['rss_kib'] / 2**10:,.0f} MiB "
                   f"(process at start {r['rss0_kib'] / 2**10:,.0f} MiB); load {os.getloadavg()[0]:.1f}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
@@ -57,3 +59,22 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
 def is_postgres(engine_or_session: Engine | Session) -> bool:
     bind = engine_or_session.get_bind() if isinstance(engine_or_session, Session) else engine_or_session
     return bind.dialect.name == "postgresql"
+
+
+_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleetprof-read")
+
+
+def read_in_parallel(session: Session, read: Callable[..., Any], *args: Any) -> Future[Any]:
+    """`read(session, *args)` on a session of its own in a thread (Postgres: independent reads of one request
+    overlap, each on its own connection and backend), else now on this session (SQLite: one file, nothing to
+    gain). The reads see committed data only, not this session's pending changes."""
+    if not is_postgres(session):
+        done: Future[Any] = Future()
+        done.set_result(read(session, *args))
+        return done
+
+    def run() -> Any:
+        with Session(bind=session.get_bind()) as own:
+            return read(own, *args)
+
+    return _READERS.submit(run)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +27,7 @@ from server.analysis.energy import IDLE_UTIL_PCT
 from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
                                    attribution_weights, group_figures, gpus_now, job_figures,
                                    job_fleet_row, reduce_hours, sample_terms, summary_from_totals)
-from server.db import is_postgres
+from server.db import is_postgres, read_in_parallel
 from server.ingest.bulk import insert_ignore
 from server.jobs.report_service import epoch_column, float_rows, link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report
@@ -39,11 +37,12 @@ HOUR_S = 3600.0
 CURRENT_WINDOW_S = 300.0  # a GPU's "now" is its latest sample within this many seconds of now
 # One interval past the end is read so that the last interval of the last hour has its closing sample.
 LOOKAHEAD_S = 120.0
-ROLLUP_GPUS_PER_READ = 200  # GPUs whose raw samples one rollup read holds in memory
-ROLLUP_LOCK_KEY = 0x666C7072_6F6C6C  # "flproll": the transaction-level advisory lock of rollup_hours
+ROLLUP_GPUS_PER_RANGE = 200  # GPU ids per rollup range: the raw samples one rollup read holds in memory
+ROLLUP_LOCK_NS = 0x666C7072  # "flpr": the namespace of rollup_hours' per-range transaction-level advisory locks
 
 
-def _job_windows(session: Session, *, since: float, until: float, now: float) -> dict[int, list[tuple[int, float, float]]]:
+def _job_windows(session: Session, *, since: float, until: float,
+                 now: float) -> dict[int, list[tuple[int, float, float]]]:
     """gpu_id -> [(job_pk, start, end)]: the job↔GPU windows (report_service.link_window) overlapping
     [since, until], as epoch seconds."""
     rows = session.execute(
@@ -79,26 +78,36 @@ def _append_rows(columns: dict[str, list[Any]], r: dict[str, Any], keep: np.ndar
             values.extend(None if np.isnan(v) else float(v) for v in kept)
 
 
-def rollup_hours(session: Session, *, since: float, until: float, now: float | None = None) -> int:
-    """(Re)compute gpu_hourly and gpu_job_hourly for the hours in [floor(since), ceil(until)). Idempotent.
-    `now`: where the window of a job still running ends (default: the clock)."""
+def rollup_ranges(session: Session) -> list[int]:
+    """The GPU ranges that hold GPUs: range k is the GPU ids [k·W + 1, (k + 1)·W], W = ROLLUP_GPUS_PER_RANGE.
+    Fixed by id, so a range means the same GPUs in every sweep, whoever runs it."""
+    return list(session.scalars(select(func.distinct((Gpu.id - 1) // ROLLUP_GPUS_PER_RANGE)).order_by(
+        (Gpu.id - 1) // ROLLUP_GPUS_PER_RANGE)))
+
+
+def rollup_hours(session: Session, *, since: float, until: float, now: float | None = None,
+                 ranges: list[int] | None = None) -> int:
+    """(Re)compute gpu_hourly and gpu_job_hourly for the hours in [floor(since), ceil(until)), GPU range by GPU
+    range (`rollup_ranges`; `ranges`: only these, a worker's share of a fanned-out sweep). Idempotent. `now`:
+    where the window of a job still running ends (default: the clock). Returns the gpu_hourly rows written.
+
+    Memory is bounded by one range's raw samples (at 1 Hz, 3 h of 10,000 GPUs is 108 M rows; one range ~2 M),
+    and each range is one primary-key range scan per partition."""
     now = time.time() if now is None else now
-    if is_postgres(session):
-        # One rollup at a time: gpu_job_hourly has no natural key to de-duplicate on, so two overlapping runs
-        # (a beat tick while a retry still runs) must not both insert after both deleted.
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROLLUP_LOCK_KEY})
     h0 = since - since % HOUR_S
     h1 = until - until % HOUR_S + HOUR_S
-    for table in (GpuHourly, GpuJobHourly):
-        session.execute(delete(table).where(table.hour >= from_epoch(h0), table.hour < from_epoch(h1)))
     windows = _job_windows(session, since=h0, until=h1 + LOOKAHEAD_S, now=now)
-    gpu_ids = list(session.scalars(select(Gpu.id).order_by(Gpu.id)))
     written = 0
-    # GPU ranges of ROLLUP_GPUS_PER_READ: memory stays bounded by one range's samples (at 1 Hz, 3 h of 10,000 GPUs
-    # is 108 M rows; one range is ~2 M), each range one primary-key range scan per partition.
-    for i in range(0, len(gpu_ids), ROLLUP_GPUS_PER_READ):
-        ids = gpu_ids[i:i + ROLLUP_GPUS_PER_READ]
-        written += _rollup_gpu_range(session, ids[0], ids[-1], h0=h0, h1=h1, windows=windows)
+    for k in rollup_ranges(session) if ranges is None else ranges:
+        first_id, last_id = k * ROLLUP_GPUS_PER_RANGE + 1, (k + 1) * ROLLUP_GPUS_PER_RANGE
+        if is_postgres(session):
+            # One rollup of a range at a time: gpu_job_hourly has no natural key to de-duplicate on, so two
+            # overlapping runs (a beat tick while a retry still runs) must not both insert after both deleted.
+            session.execute(text("SELECT pg_advisory_xact_lock(:ns, :k)"), {"ns": ROLLUP_LOCK_NS, "k": k})
+        for table in (GpuHourly, GpuJobHourly):
+            session.execute(delete(table).where(table.hour >= from_epoch(h0), table.hour < from_epoch(h1),
+                                                table.gpu_id >= first_id, table.gpu_id <= last_id))
+        written += _rollup_gpu_range(session, first_id, last_id, h0=h0, h1=h1, windows=windows)
     return written
 
 
@@ -303,24 +312,6 @@ def _summary_job_figures(session: Session, since: datetime, top_n: int = 10) -> 
     return figures
 
 
-_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleetprof-fleet-read")
-
-
-def _in_parallel(session: Session, read: Callable[..., Any], *args: Any) -> Future[Any]:
-    """`read(session, *args)` on a session of its own in a thread (Postgres), else now on this session (SQLite:
-    one writer, and nothing to gain)."""
-    if not is_postgres(session):
-        done: Future[Any] = Future()
-        done.set_result(read(session, *args))
-        return done
-
-    def run() -> Any:
-        with Session(bind=session.get_bind()) as own:
-            return read(own, *args)
-
-    return _READERS.submit(run)
-
-
 def summary(session: Session, *, window_s: float, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     start = now - window_s
@@ -328,11 +319,11 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
     # Four independent reads: on Postgres three run on connections of their own while this one sums the rollups
     # (10,000 GPUs x 24 h, 5,000 jobs: GPUs now ~37 ms, rollup sums ~45, GPUs in the window ~35, job
     # figures ~30, overlapped on as many cores as there are).
-    now_read = _in_parallel(session, _gpus_now, now)
-    jobs_read = _in_parallel(session, _summary_job_figures, since)
+    now_read = read_in_parallel(session, _gpus_now, now)
+    jobs_read = read_in_parallel(session, _summary_job_figures, since)
     hours = and_(GpuHourly.hour >= from_epoch(first_hour(start)), GpuHourly.hour < from_epoch(now))
     # GPUs with rollups in the window: one primary-key probe per GPU (count(DISTINCT) sorted every row: ~75 ms).
-    gpus_read = _in_parallel(session, lambda s: s.scalar(select(func.count()).select_from(Gpu).where(
+    gpus_read = read_in_parallel(session, lambda s: s.scalar(select(func.count()).select_from(Gpu).where(
         select(GpuHourly.gpu_id).where(GpuHourly.gpu_id == Gpu.id, hours).exists())))
     # The sums fleet_summary needs, as one row: 10,000 GPUs x 24 h is one aggregate, not rows shipped to Python.
     # Hours are counted as fleet_summary counts them (first_hour).

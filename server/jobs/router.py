@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
+from server.db import read_in_parallel
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
 from server.jobs import report_service
@@ -143,14 +144,18 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
     """Per metric (-> its points budget), the job's per-GPU series; each GPU's samples are read once for all."""
     out: dict[str, list[SeriesOut]] = {m: [] for m in points}
     now_dt = datetime.now(timezone.utc)
+    reads = []
     for gpu, start, end in report_service.job_gpu_windows(session, job, now=now_dt):
         if since is not None:
             start = max(start, from_epoch(since))  # type: ignore[type-var]
         if until is not None:
             end = min(end, from_epoch(until))  # type: ignore[type-var]
+        # The GPUs' scans overlap on connections of their own (8 GPUs x 24 h at 1 Hz: ~1.7 s one after another).
+        reads.append((gpu, read_in_parallel(session, report_service.downsampled_series, gpu, start, end, points)
+                      if end >= start else None))
+    for gpu, read in reads:
         ident = {"gpu_uuid": gpu.uuid, "gpu_index": gpu.index, "memory_total_bytes": gpu.memory_total_bytes}
-        series = report_service.downsampled_series(session, gpu, start, end, points) if end >= start else \
-            {m: ([], [], 0) for m in points}
+        series = read.result() if read is not None else {m: ([], [], 0) for m in points}
         for metric, (ts, vals, raw) in series.items():
             out[metric].append(SeriesOut(**ident, ts=ts, values=vals, raw_points=raw,
                                          min=min(vals) if vals else None, max=max(vals) if vals else None))

@@ -59,3 +59,52 @@ def test_job_end_is_characterized_by_a_real_worker(server_settings, redis_url, m
     assert data["memory"]["peak_used_bytes"] == (1000 + 10 * 59) * 2**20
     assert data["state"] == "finished"
     assert worker.poll() is None, "worker died"
+
+
+def test_beat_rollup_fans_out_one_task_per_gpu_range_to_a_real_worker(server_settings, redis_url, make_token,
+                                                                        worker):
+    """fleetprof.rollup_recent queues one fleetprof.rollup_range per GPU range; the worker writes every GPU's
+    hourly rollups, the same as the sweep run in one process (the embedded mode's path)."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import create_engine, select, text
+
+    from server.app import create_app
+    from server.db import make_sessionmaker, session_scope
+    from server.fleet.service import ROLLUP_GPUS_PER_RANGE, rollup_hours, rollup_ranges
+    from server.models import GpuHourly
+    from server.worker import create_celery_app
+
+    settings = server_settings.model_copy(update={"broker_url": redis_url})
+    engine = create_engine(settings.database_url)
+    t0 = time.time() - 900
+    with TestClient(create_app(settings)) as api:
+        for node in ("node-r1", "node-r2"):
+            assert api.post("/api/v1/ingest/samples", json=sample_batch(node=node, agent_id=node, n=600, gpus=2, t0=t0),
+                            headers=auth(make_token("agent", node=node))).status_code == 200
+            with engine.begin() as conn:  # the next node's GPUs in another range
+                conn.execute(text("SELECT setval(pg_get_serial_sequence('gpus', 'id'), "
+                                  "(SELECT max(id) FROM gpus) + :w)"), {"w": ROLLUP_GPUS_PER_RANGE})
+    with session_scope(make_sessionmaker(engine)) as session:
+        assert len(rollup_ranges(session)) >= 2
+
+    def rows() -> list[tuple]:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(select(GpuHourly.gpu_id, GpuHourly.hour, GpuHourly.samples,
+                                                          GpuHourly.busy_s, GpuHourly.energy_j)
+                                                   .order_by(GpuHourly.gpu_id, GpuHourly.hour))]
+
+    app = create_celery_app(settings)
+    app.send_task("fleetprof.rollup_recent")
+    deadline = time.monotonic() + 60
+    fanned_out: list[tuple] = []
+    while time.monotonic() < deadline and len({r[0] for r in fanned_out}) < 4:
+        time.sleep(0.5)
+        fanned_out = rows()
+    assert len({r[0] for r in fanned_out}) == 4, f"rollups of {len({r[0] for r in fanned_out})} GPUs, not 4"
+    assert sum(r[2] for r in fanned_out) == 4 * 600
+    now = time.time()
+    with session_scope(make_sessionmaker(engine)) as session:  # the same sweep, in one process
+        rollup_hours(session, since=now - 2 * 3600, until=now, now=now)
+    assert rows() == fanned_out
+    engine.dispose()
+    assert worker.poll() is None, "worker died"
