@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.characterize import synthetic_job  # noqa: E402
+from bench.scratch import scratch_database  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.ingest.bulk import insert_ignore  # noqa: E402
@@ -36,7 +37,6 @@ from server.analysis.characterize import ANALYZER_VERSION  # noqa: E402
 from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node, Report  # noqa: E402
 from server.models.base import from_epoch  # noqa: E402
 
-ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 COLUMNS = ("memory_used_bytes", "gpu_util_pct", "power_w", "energy_counter_j")
 
 
@@ -121,12 +121,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--summary-calls", type=int, default=30)
     args = parser.parse_args()
-    db = f"fleetprof_bench_char_{os.getpid()}"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    try:
-        settings = ServerSettings(database_url=ADMIN_URL.rsplit("/", 1)[0] + f"/{db}")
+    with scratch_database("fleetprof_bench_char") as url:
+        settings = ServerSettings(database_url=url)
         upgrade(settings)
         engine = make_engine(settings)
         factory = make_sessionmaker(engine)
@@ -181,11 +177,7 @@ def main() -> int:
               f"{body['busy_fraction']:.3f}")
         print(f"{'summary: idle now / stranded / wasteful':<44}{body['idle_gpus_now']} / "
               f"{body['memory_stranded_bytes'] or 0:.3g} B / {len(body['most_wasteful_jobs'])} listed")
-        return 0
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-        admin.dispose()
+    return 0
 
 
 if __name__ == "__main__":

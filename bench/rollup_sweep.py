@@ -29,13 +29,13 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.scratch import scratch_database  # noqa: E402
 from bench.storage_plans import GPUS_PER_NODE, SAMPLE_COLUMNS, SAMPLE_VALUES  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
 from server.storage.partitions import PARTITIONS, day_of  # noqa: E402
 
-ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 HOUR_S = 3600
 
 
@@ -100,12 +100,7 @@ def main() -> int:
     parser.add_argument("--gpus-per-range", type=int, action="append", default=[],
                         help="GPU range size of one read (repeat to compare; default: the product's)")
     args = parser.parse_args()
-    db = f"fleetprof_bench_rollup_{os.getpid()}"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + f"/{db}"
-    try:
+    with scratch_database("fleetprof_bench_rollup") as url:
         upgrade(ServerSettings(database_url=url))
         now = time.time()
         now -= now % 60
@@ -124,11 +119,7 @@ def main() -> int:
                   f"{r['seconds']:.1f} s, {r['rows']:,} gpu_hourly rows, "
                   f"{rows / r['seconds'] / 1e6:.2f} M raw rows/s, peak RSS {r['rss_kib'] / 2**10:,.0f} MiB "
                   f"(process at start {r['rss0_kib'] / 2**10:,.0f} MiB); load {os.getloadavg()[0]:.1f}")
-        return 0
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-        admin.dispose()
+    return 0
 
 
 if __name__ == "__main__":
