@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from server.analysis.fleet import ENERGY_SOURCES
-from server.db import is_postgres
+from server.db import is_postgres, read_in_parallel
 from server.deps import JobReaderAuth, OperatorAuth, SessionDep
 from server.errors import InvalidInput
 from server.fleet import service as fleet_service
@@ -216,10 +216,12 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
                                             .limit(1)),
             "source": "framework hooks (per-step wall time; torch.cuda max_memory_allocated/reserved per step)"}
     if points is not None:
-        meta["wall_s_histogram"] = _wall_histogram(session, where)
+        # The histogram (one row per step) is read on a connection of its own while this one buckets the rows.
+        histogram = read_in_parallel(session, _wall_histogram, where)
         first, last = session.execute(select(func.min(JobStep.ts), func.max(JobStep.ts)).where(*where)).one()
         down = _downsampled_steps(session, where, first, last, points) if first is not None else \
             {"rows": {}, "raw_count": 0, "max_per_rank": 0}
+        meta["wall_s_histogram"] = histogram.result()
         if down["max_per_rank"] > points:
             return _json({**meta, **down["rows"], "raw_count": down["raw_count"], "downsampled": True})
         limit = max(down["raw_count"], 1)
