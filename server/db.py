@@ -7,7 +7,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+import numpy as np
+from sqlalchemy import Engine, create_engine, event, func, literal_column
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.config import ServerSettings
@@ -59,6 +60,34 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
 def is_postgres(engine_or_session: Engine | Session) -> bool:
     bind = engine_or_session.get_bind() if isinstance(engine_or_session, Session) else engine_or_session
     return bind.dialect.name == "postgresql"
+
+
+def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]
+    """A timestamp column as float seconds since epoch, per dialect."""
+    if is_postgres(session):
+        return literal_column(f"extract(epoch from {column.name})::float8")
+    return (func.julianday(column) - 2440587.5) * 86400.0
+
+
+def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The result of `stmt` (numeric or null columns) as a float64 array, null as NaN. Postgres: through
+    COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU series is 86,400 rows: building Python tuples for
+    them cost ~10x more); SQLite: through rows."""
+    if not is_postgres(session):
+        rows = session.execute(stmt).all()
+        return np.array(rows, dtype=np.float64) if rows else np.empty((0, ncols))
+    import io
+
+    import pandas as pd
+
+    sql = str(stmt.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
+    buf = io.BytesIO()
+    with session.connection().connection.dbapi_connection.cursor() as cur:
+        cur.copy_expert(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", buf)
+    if buf.tell() == 0:
+        return np.empty((0, ncols))
+    buf.seek(0)
+    return pd.read_csv(buf, header=None, dtype=np.float64, na_values=[""], keep_default_na=False).to_numpy()
 
 
 _READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fleetprof-read")

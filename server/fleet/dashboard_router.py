@@ -23,13 +23,14 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from server.analysis.fleet import ENERGY_SOURCES
-from server.db import is_postgres, read_in_parallel
+from server.db import epoch_column, is_postgres, read_in_parallel
 from server.deps import JobReaderAuth, OperatorAuth, SessionDep
 from server.errors import InvalidInput
 from server.fleet import service as fleet_service
 from server.fleet.router import parse_window
+from server.jobs import report_service
 from server.jobs import service as job_service
-from server.jobs.report_service import bucket_width_s, epoch_column, time_buckets
+from server.jobs.plot_series import downsampled_steps, wall_histogram
 from server.models import Gpu, GpuHourly, Node
 from server.models.base import from_epoch, to_epoch
 from server.models.framework import JobStep
@@ -210,16 +211,25 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
         where.append(JobStep.ts >= from_epoch(since))
     if until is not None:
         where.append(JobStep.ts <= from_epoch(until))
+    source = "framework hooks (per-step wall time; torch.cuda max_memory_allocated/reserved per step)"
+    if points is not None and since is None and until is None:
+        # A finished job's whole-range view comes from its stored plot views, as the steps would give it.
+        stored = report_service.final_plot_views(session, job)
+        down = stored.downsampled_steps(points) if stored is not None else None
+        if stored is not None and down is not None:
+            return _json({"job_id": job.job_id, "memory_source": stored.memory_source, "source": source,
+                          "wall_s_histogram": stored.histogram, **down["rows"], "raw_count": down["raw_count"],
+                          "downsampled": True})
     meta = {"job_id": job.job_id,
             "memory_source": session.scalar(select(JobStep.memory_source).where(*where,
                                                                                 JobStep.memory_source.is_not(None))
                                             .limit(1)),
-            "source": "framework hooks (per-step wall time; torch.cuda max_memory_allocated/reserved per step)"}
+            "source": source}
     if points is not None:
         # The histogram (one row per step) is read on a connection of its own while this one buckets the rows.
-        histogram = read_in_parallel(session, _wall_histogram, where)
+        histogram = read_in_parallel(session, wall_histogram, where)
         first, last = session.execute(select(func.min(JobStep.ts), func.max(JobStep.ts)).where(*where)).one()
-        down = _downsampled_steps(session, where, first, last, points) if first is not None else \
+        down = downsampled_steps(session, where, first, last, points) if first is not None else \
             {"rows": {}, "raw_count": 0, "max_per_rank": 0}
         meta["wall_s_histogram"] = histogram.result()
         if down["max_per_rank"] > points:
@@ -241,51 +251,3 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
 def _json(body: dict[str, Any]) -> Response:
     """Tens of thousands of numbers: serialized at once (FastAPI's encoder walks every value, ~4x slower)."""
     return Response(orjson.dumps(body), media_type="application/json")
-
-
-_STEP_COLUMNS = ("step", "wall_s", "allocated_peak_bytes", "reserved_peak_bytes")
-
-
-def _downsampled_steps(session: Session, where: list[Any], start: datetime, end: datetime,
-                       points: int) -> dict[str, Any]:
-    """Per rank and time bucket, two rows: the bucket's minima at its first step's time, its maxima at its last
-    (as /timeseries does), so per-step peaks survive at any zoom. Also the step count of the busiest rank, so the
-    caller can send the steps themselves when they fit."""
-    bucket, first_s, last_s = time_buckets(session, JobStep.ts, start,
-                                           bucket_width_s((end - start).total_seconds(), points))
-    cols = [getattr(JobStep, c) for c in _STEP_COLUMNS]
-    rows = session.execute(
-        select(JobStep.rank, bucket.label("b"), func.count(), first_s, last_s,
-               *(func.min(c) for c in cols), *(func.max(c) for c in cols))
-        .where(*where).group_by(JobStep.rank, "b").order_by(JobStep.rank, "b")).all()
-    out: dict[str, list[Any]] = {k: [] for k in ("rank", "ts", *_STEP_COLUMNS)}
-    per_rank: dict[int, int] = {}
-    n_cols = len(cols)
-    for rank, _, n, t_first, t_last, *agg in rows:
-        per_rank[rank] = per_rank.get(rank, 0) + n
-        for ts, values in ((t_first, agg[:n_cols]), (t_last, agg[n_cols:])) if n > 1 else ((t_first, agg[:n_cols]),):
-            out["rank"].append(rank)
-            out["ts"].append(float(ts))
-            for name, v in zip(_STEP_COLUMNS, values):
-                out[name].append(v)
-    return {"rows": {"count": len(out["ts"]), **out}, "raw_count": sum(per_rank.values()),
-            "max_per_rank": max(per_rank.values(), default=0)}
-
-
-HISTOGRAM_BINS = 60
-
-
-def _wall_histogram(session: Session, where: list[Any]) -> dict[str, Any] | None:
-    """Step time of every step in the range (a step's time is its slowest rank's, as the report counts it) as
-    HISTOGRAM_BINS equal bins from the fastest step to the 99.5th percentile, the slower ones counted in
-    `above`: a few very slow steps (compilation, checkpoints) would otherwise squeeze every other step into one
-    bin. One float per step leaves the database (a 24 h job at 2 steps/s: 172,800)."""
-    wall = np.array(session.scalars(select(func.max(JobStep.wall_s)).where(*where).group_by(JobStep.step)).all(),
-                    dtype=np.float64)
-    if wall.size == 0:
-        return None
-    lo, hi = float(wall.min()), float(wall.max())
-    top = min(hi, float(np.quantile(wall, 0.995, method="higher")))
-    counts, edges = np.histogram(wall[wall <= top], bins=HISTOGRAM_BINS, range=(lo, top if top > lo else lo + 1.0))
-    return {"edges_s": edges.tolist(), "counts": counts.tolist(), "count": int(wall.size),
-            "above": int(wall.size - counts.sum()), "max_s": hi, "per": "step (slowest rank)"}

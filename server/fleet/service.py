@@ -27,9 +27,9 @@ from server.analysis.energy import IDLE_UTIL_PCT
 from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
                                    attribution_weights, group_figures, gpus_now, job_figures,
                                    job_fleet_row, reduce_hours, sample_terms, summary_from_totals)
-from server.db import is_postgres, read_in_parallel
+from server.db import epoch_column, float_rows, is_postgres, read_in_parallel
 from server.ingest.bulk import insert_ignore
-from server.jobs.report_service import epoch_column, float_rows, link_window
+from server.jobs.report_service import link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report
 from server.models.base import from_epoch
 

@@ -24,7 +24,7 @@ from server.errors import InvalidInput
 from server.ingest.bulk import insert_ignore
 from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
-from server.models import Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node, ProcessSample
+from server.models import TERMINAL_STATES, Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node, ProcessSample
 from server.models.base import from_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -227,6 +227,12 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
                     ended.append(job.id)
             elif isinstance(ev, OomEvent):
                 job.extra = {**(job.extra or {}), "oom_seen": True}
+    # Steps or layers of a job that has already ended change what its final report and plot views were made of:
+    # the job counts as updated, so that both are computed again (report_service.jobs_due) and not served stale.
+    for pk in {r["job_pk"] for r in step_rows} | {r["job_pk"] for r in layer_rows}:
+        job = next(j for j in jobs.values() if j.id == pk)
+        if job.state in TERMINAL_STATES:
+            job.updated_at = utcnow()
     if step_rows:
         session.execute(ins(JobStep).on_conflict_do_nothing(), step_rows)
     if layer_rows:

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Float, cast, extract, func, literal_column, select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,7 +26,8 @@ from server.analysis.fleet import job_fleet_row
 from server.analysis.trace_sections import merge_trace_sections
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, StepSeries
 from server.config import ServerSettings
-from server.db import is_postgres, session_scope
+from server.db import epoch_column, float_rows, is_postgres, session_scope
+from server.jobs import plot_views
 from server.models import TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, Report, Trace
 from server.models.base import from_epoch, to_epoch, utcnow
 
@@ -36,13 +37,6 @@ SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
 # Samples may reach the server after the job ended (an agent's spool draining after an outage): a report
 # computed within this window after the end is not final, and is recomputed when asked for.
 LATE_DATA_WINDOW = timedelta(minutes=5)
-
-
-def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]
-    """A timestamp column as float seconds since epoch, per dialect."""
-    if is_postgres(session):
-        return literal_column(f"extract(epoch from {column.name})::float8")
-    return (func.julianday(column) - 2440587.5) * 86400.0
 
 
 def link_window(job: Job, link: JobGpu, *, now: datetime) -> tuple[datetime, datetime] | None:
@@ -67,27 +61,6 @@ def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[
         if window is not None:
             out.append((gpu, *window))
     return out
-
-
-def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The result of `stmt` (numeric or null columns) as a float64 array, null as NaN. Postgres: through
-    COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU series is 86,400 rows: building Python tuples for
-    them cost ~10x more); SQLite: through rows."""
-    if not is_postgres(session):
-        rows = session.execute(stmt).all()
-        return np.array(rows, dtype=np.float64) if rows else np.empty((0, ncols))
-    import io
-
-    import pandas as pd
-
-    sql = str(stmt.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
-    buf = io.BytesIO()
-    with session.connection().connection.dbapi_connection.cursor() as cur:
-        cur.copy_expert(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", buf)
-    if buf.tell() == 0:
-        return np.empty((0, ncols))
-    buf.seek(0)
-    return pd.read_csv(buf, header=None, dtype=np.float64, na_values=[""], keep_default_na=False).to_numpy()
 
 
 def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
@@ -161,6 +134,11 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
                                                set_={"computed_at": stmt.excluded.computed_at,
                                                      "data": stmt.excluded.data,
                                                      "fleet_row": stmt.excluded.fleet_row}))
+    now_dt = from_epoch(now)
+    assert now_dt is not None
+    if is_final_at(now_dt, job):
+        # The final report: the page's plots, which will not change either, are stored beside it.
+        plot_views.store(session, job, job_gpu_windows(session, job, now=now_dt), computed_at=now_dt)
     session.expire_all()
     return report
 
@@ -170,10 +148,21 @@ def cached_report(session: Session, job: Job) -> Report | None:
 
 
 def is_final(report: Report, job: Job) -> bool:
-    """A report of an ended job, computed after the late-data window and after the job's last update."""
+    return is_final_at(report.computed_at, job)
+
+
+def is_final_at(computed_at: datetime, job: Job) -> bool:
+    """Whether what was computed at `computed_at` from an ended job's data is final: after the late-data window
+    and after the job's last update."""
     if job.state not in TERMINAL_STATES or job.ended_at is None:
         return False
-    return report.computed_at >= job.ended_at + LATE_DATA_WINDOW and report.computed_at >= job.updated_at
+    return computed_at >= job.ended_at + LATE_DATA_WINDOW and computed_at >= job.updated_at
+
+
+def final_plot_views(session: Session, job: Job) -> plot_views.PlotViews | None:
+    """The job's stored plot views when they are final (stored after its end and its last update), else None."""
+    views = plot_views.load(session, job)
+    return views if views is not None and is_final_at(views.computed_at, job) else None
 
 
 def get_report(session: Session, job: Job, settings: ServerSettings, *, refresh: bool = False) -> dict:
@@ -291,78 +280,3 @@ def rightsizing_history(session: Session, job: Job, *, limit: int,
                 cache.put(key, found[key])
     # A report recomputed between the two reads has a new key and sits this answer out.
     return [(job_id, found[k]) for (job_id, _, _), k in zip(rows, keys) if k in found][::-1]
-
-
-def bucket_width_s(span_s: float, points: int) -> float:
-    """Bucket width so that `span_s` fills points // 2 buckets (two points each: min and max), the span's last
-    instant still inside the last one (1 ms of slack: SQLite's epoch seconds come through julianday)."""
-    return span_s / max(points // 2, 1) + 1e-3
-
-
-def time_buckets(session: Session, ts: Any, start: datetime, width_s: float) -> tuple[Any, Any, Any]:
-    """SQL expressions (bucket key, first ts, last ts) for `width_s`-second buckets from `start`, the first and
-    last timestamps as epoch seconds: the one rule for the time buckets of plotted series.
-
-    Postgres buckets the timestamp itself with date_bin: converting every row to epoch seconds first (EXTRACT is
-    numeric since PG 14) cost three times the scan of a 24 h x 1 Hz series. Only the bucket rows are converted.
-    """
-    if is_postgres(session):
-        bucket = func.date_bin(func.make_interval(0, 0, 0, 0, 0, 0, width_s), ts, start)
-        return bucket, cast(extract("epoch", func.min(ts)), Float), cast(extract("epoch", func.max(ts)), Float)
-    ts_s = epoch_column(session, ts)
-    return func.floor((ts_s - start.timestamp()) / width_s), func.min(ts_s), func.max(ts_s)
-
-
-def downsampled_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
-                 points: dict[str, int]) -> dict[str, tuple[list[float], list[float], int]]:
-    """Per metric: (ts, values, raw count), at most ~its `points`, bucketed in SQL: each time bucket gives its
-    minimum at the bucket's first timestamp and its maximum at its last, so extremes survive exactly and a
-    24 h x 1 Hz series never travels to Python row by row.
-
-    One scan for every metric (next to reading the rows, more aggregates cost next to nothing): buckets at the
-    finest resolution asked for; a metric asked at a coarser one merges whole runs of them, exactly."""
-    t = GpuSample.__table__
-    cols = {m: t.c[m] for m in points}
-    where = (t.c.gpu_id == gpu.id, t.c.ts >= start, t.c.ts <= end)
-    finest = max(points.values())
-    width_s = bucket_width_s((end - start).total_seconds(), finest)
-    bucket, first, last = time_buckets(session, t.c.ts, start, width_s)
-    rows = session.execute(
-        select(bucket.label("b"), first, last, *(a for c in cols.values()
-                                                 for a in (func.count(c), func.min(c), func.max(c))))
-        .where(*where).group_by("b").order_by("b")).all()
-    index = [int(b) if isinstance(b, (int, float)) else round((b - start).total_seconds() / width_s)
-             for b, *_ in rows]
-    out: dict[str, tuple[list[float], list[float], int]] = {}
-    for i, (metric, budget) in enumerate(points.items()):
-        aggs = [(index[j], r[1], r[2], r[3 + 3 * i], r[4 + 3 * i], r[5 + 3 * i]) for j, r in enumerate(rows)]
-        raw = sum(a[3] for a in aggs)
-        if raw <= budget:
-            continue  # sent as is, below
-        merge = max(1, round((finest // 2) / max(budget // 2, 1)))  # fine buckets per bucket of this metric
-        merged: dict[int, list[Any]] = {}
-        for idx, first_s, last_s, n, lo, hi in aggs:
-            if not n:
-                continue
-            m = merged.get(idx // merge)
-            if m is None:
-                merged[idx // merge] = [first_s, last_s, n, lo, hi]
-            else:
-                m[1], m[2], m[3], m[4] = last_s, m[2] + n, min(m[3], lo), max(m[4], hi)
-        ts_out: list[float] = []
-        v_out: list[float] = []
-        for first_s, last_s, n, lo, hi in merged.values():
-            ts_out.append(float(first_s))
-            v_out.append(float(lo))
-            if n > 1:
-                ts_out.append(float(last_s))
-                v_out.append(float(hi))
-        out[metric] = (ts_out, v_out, raw)
-    as_is = [m for m in points if m not in out]
-    if as_is:
-        samples = session.execute(select(epoch_column(session, t.c.ts), *(cols[m] for m in as_is))
-                                  .where(*where).order_by(t.c.ts)).all()
-        for i, metric in enumerate(as_is, start=1):
-            pairs = [(float(r[0]), float(r[i])) for r in samples if r[i] is not None]
-            out[metric] = ([p[0] for p in pairs], [p[1] for p in pairs], len(pairs))
-    return {m: out[m] for m in points}

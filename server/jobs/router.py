@@ -17,7 +17,7 @@ from server.analysis.rightsizing import rightsize
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
-from server.jobs import report_service
+from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
@@ -144,18 +144,23 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
     """Per metric (-> its points budget), the job's per-GPU series; each GPU's samples are read once for all."""
     out: dict[str, list[SeriesOut]] = {m: [] for m in points}
     now_dt = datetime.now(timezone.utc)
+    # A finished job's whole-range view comes from its stored plot views, exactly as the samples would give it.
+    stored = report_service.final_plot_views(session, job) if since is None and until is None else None
     reads = []
     for gpu, start, end in report_service.job_gpu_windows(session, job, now=now_dt):
         if since is not None:
             start = max(start, from_epoch(since))  # type: ignore[type-var]
         if until is not None:
             end = min(end, from_epoch(until))  # type: ignore[type-var]
-        # The GPUs' scans overlap on connections of their own (8 GPUs x 24 h at 1 Hz: ~1.7 s one after another).
-        reads.append((gpu, read_in_parallel(session, report_service.downsampled_series, gpu, start, end, points)
-                      if end >= start else None))
+        series = stored.series(gpu, start, end, points) if stored is not None else None
+        if series is None and end >= start:
+            # The GPUs' scans overlap on connections of their own (8 GPUs x 24 h at 1 Hz: ~1.7 s one after another).
+            series = read_in_parallel(session, plot_series.downsampled_series, gpu, start, end, points)
+        reads.append((gpu, series))
     for gpu, read in reads:
         ident = {"gpu_uuid": gpu.uuid, "gpu_index": gpu.index, "memory_total_bytes": gpu.memory_total_bytes}
-        series = read.result() if read is not None else {m: ([], [], 0) for m in points}
+        series = ({m: ([], [], 0) for m in points} if read is None
+                  else read if isinstance(read, dict) else read.result())
         for metric, (ts, vals, raw) in series.items():
             out[metric].append(SeriesOut(**ident, ts=ts, values=vals, raw_points=raw,
                                          min=min(vals) if vals else None, max=max(vals) if vals else None))

@@ -10,6 +10,7 @@ from server.models.ingest_batch import IngestBatch
 from server.models.job import JOB_STATES, TERMINAL_STATES, Job
 from server.models.job_gpu import JobGpu
 from server.models.node import Node
+from server.models.plot_view import PlotView
 from server.models.process_sample import ProcessSample
 from server.models.report import Report
 from server.models.rollup import GpuHourly
@@ -17,6 +18,6 @@ from server.models.trace import Trace
 
 __all__ = [
     "SCOPES", "ApiToken", "Base", "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
-    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "ProcessSample", "Report", "GpuHourly", "GpuJobHourly",
+    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "Report", "GpuHourly", "GpuJobHourly",
     "Trace",
 ]

@@ -11,7 +11,7 @@ checked as it now is:
         plan = explain(session, stmt, catalog=Catalog.load(session))
 
 Two ways out of the code: what SQLAlchemy executes (a connection event), and the `COPY (SELECT …) TO STDOUT`
-that bulk readers (`report_service.float_rows`) issue on the raw psycopg2 cursor, which SQLAlchemy never sees (a
+that bulk readers (`server.db.float_rows`) issue on the raw psycopg2 cursor, which SQLAlchemy never sees (a
 recording cursor class on that connection while the capture lasts).
 """
 
@@ -56,9 +56,9 @@ class Statement:
 
 @contextmanager
 def capture_statements(session: Session) -> Iterator[list[Statement]]:
-    """Record every statement sent while the block runs (Postgres + psycopg2): on any connection of the session's
-    engine (code under capture may read on sessions of its own, e.g. the fleet summary's parallel reads), and the
-    COPYs of the session's own connection."""
+    """Record every statement sent while the block runs (Postgres + psycopg2), COPYs included, on any connection of
+    the session's engine (code under capture may read on sessions of its own, e.g. the fleet summary's parallel
+    reads)."""
     import psycopg2.extensions
 
     captured: list[Statement] = []
@@ -74,15 +74,24 @@ def capture_statements(session: Session) -> Iterator[list[Statement]]:
         if not executemany:
             captured.append(Statement(sql=statement, params=parameters))
 
-    previous = dbapi.cursor_factory
-    dbapi.cursor_factory = RecordingCursor
+    recording: dict[int, tuple[Any, Any]] = {}  # id -> (DBAPI connection, its cursor factory before)
+
+    def record(dbapi_conn: Any, *_: Any) -> None:
+        if id(dbapi_conn) not in recording:
+            recording[id(dbapi_conn)] = (dbapi_conn, dbapi_conn.cursor_factory)
+            dbapi_conn.cursor_factory = RecordingCursor
+
+    record(dbapi)
     engine = conn.engine
     event.listen(engine, "before_cursor_execute", before_cursor_execute)
+    event.listen(engine.pool, "checkout", record)  # the connections of parallel reads
     try:
         yield captured
     finally:
+        event.remove(engine.pool, "checkout", record)
         event.remove(engine, "before_cursor_execute", before_cursor_execute)
-        dbapi.cursor_factory = previous
+        for dbapi_conn, previous in recording.values():
+            dbapi_conn.cursor_factory = previous
 
 
 @dataclass(frozen=True)

@@ -105,13 +105,13 @@ def test_a_value_postgres_refuses_is_the_clients_error_and_loses_nothing(api, ma
 
 
 def test_float_rows_by_binary_copy_equals_the_rows_with_nulls_as_nan(pg_engine):
-    """report_service.float_rows (binary COPY on Postgres) returns exactly what the driver returns row by row,
+    """server.db.float_rows (binary COPY on Postgres) returns exactly what the driver returns row by row,
     null as NaN, in the statement's order; an empty result is an empty (0, n) array."""
     import numpy as np
     from sqlalchemy import column, select, table, text
     from sqlalchemy.orm import Session
 
-    from server.jobs.report_service import float_rows
+    from server.db import float_rows
 
     with pg_engine.begin() as conn:
         conn.execute(text("CREATE TEMP TABLE ft (k bigint, x double precision, n integer, b bigint)"))
