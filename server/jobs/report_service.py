@@ -6,9 +6,7 @@ The analysis itself lives in `server.analysis` (pure, no database). This module 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -28,6 +26,7 @@ from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerSta
 from server.config import ServerSettings
 from server.db import epoch_column, float_rows, is_postgres, session_scope
 from server.jobs import plot_views
+from server.lru import LruCache
 from server.models import TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, Report, Trace
 from server.models.base import from_epoch, to_epoch, utcnow
 
@@ -211,36 +210,11 @@ def jobs_due(session: Session, *, every_s: float) -> list[int]:
     return due
 
 
-class InputsCache:
-    """Process-local LRU of cached reports' `rightsizing_inputs`, keyed by what identifies one stored report:
-    (database, job_pk, analyzer version, computed_at). A recomputed report has a new computed_at, so an entry is
-    never stale, only unused until evicted.
-
-    Why: the inputs sit inside the report document (~70 KiB for 2 h x 8 GPUs), and Postgres decompresses a
-    whole TOASTed JSONB value to read one key: 50 runs of history cost ~7 ms per request that way, ~0.1 ms
-    from here. Entries are small (a few hundred bytes plus one peak per hour of the run)."""
-
-    def __init__(self, max_entries: int = 50_000):
-        self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[Any, ...], Mapping[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get_many(self, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Mapping[str, Any]]:
-        with self._lock:
-            found = {k: self._entries[k] for k in keys if k in self._entries}
-            for k in found:
-                self._entries.move_to_end(k)
-        return found
-
-    def put(self, key: tuple[Any, ...], value: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-
-RIGHTSIZING_INPUTS = InputsCache()
+# Cached reports' `rightsizing_inputs`, keyed by what identifies one stored report: (database, job_pk, analyzer
+# version, computed_at). The inputs sit inside the report document (~70 KiB for 2 h x 8 GPUs), and Postgres
+# decompresses a whole TOASTed JSONB value to read one key: 50 runs of history cost ~7 ms per request that way,
+# ~0.1 ms from here. Entries are small (a few hundred bytes plus one peak per hour of the run).
+RIGHTSIZING_INPUTS: LruCache[tuple[Any, ...], Mapping[str, Any]] = LruCache(max_entries=50_000)
 
 
 def has_report(session: Session, job: Job) -> bool:
@@ -250,7 +224,7 @@ def has_report(session: Session, job: Job) -> bool:
 
 
 def rightsizing_history(session: Session, job: Job, *, limit: int,
-                        cache: InputsCache = RIGHTSIZING_INPUTS) -> list[tuple[str, Mapping[str, Any]]]:
+                        cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS) -> list[tuple[str, Mapping[str, Any]]]:
     """(job_id, rightsizing inputs) of this job and earlier runs of the same name and team, oldest first.
 
     Only the small `rightsizing_inputs` part of each cached report is read, never the samples, and only for the

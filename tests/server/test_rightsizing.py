@@ -42,14 +42,15 @@ def test_recurring_job_history_drives_the_recommendation(api, make_token):
 def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, db_session):
     from sqlalchemy import event
 
-    from server.jobs.report_service import InputsCache, rightsizing_history
+    from server.jobs.report_service import rightsizing_history
+    from server.lru import LruCache
     from server.jobs.service import find_job
 
     op, agent = make_token("operator"), make_token("agent", node="node-a")
     t0 = time.time() - 86400
     for i, gib in enumerate((10.0, 12.0)):
         _run(api, op, agent, f"bert-{i}", i, t0 + 3600 * i, gib)
-    cache = InputsCache()
+    cache: LruCache = LruCache(max_entries=100)
     job = find_job(db_session, "bert-1")
     runs = rightsizing_history(db_session, job, limit=50, cache=cache)
     assert [(j, r["peak_used_bytes"]) for j, r in runs] == [("bert-0", 10 * 2**30), ("bert-1", 12 * 2**30)]
