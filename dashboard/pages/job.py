@@ -138,19 +138,33 @@ def energy_card(report: dict[str, Any]) -> html.Section:
 
 def recommendations_section(report: dict[str, Any]) -> html.Section:
     from dashboard import format as fmt
-    from dashboard.components import by_suffix, section
+    from dashboard.components import section
 
     recs = report.get("recommendations") or []
     items = []
     for r in recs:
-        saving = r.get("saving")
-        saving_text = ", ".join(by_suffix(k, v) for k, v in saving.items()) if isinstance(saving, dict) \
-            else fmt.text(saving) if saving is not None else None
+        line = saving_line(r.get("saving"))
         items.append(html.Li([html.B(fmt.text(r.get("summary"))), html.Span(f" ({r.get('kind')})", className="muted"),
                               html.Div(["why: ", fmt.text(r.get("reason"))]),
-                              html.Div(f"saving: {saving_text}") if saving_text else None]))
+                              html.Div(line) if line else None]))
     body = html.Ul(items, id="job-recommendations") if items else html.Div("no recommendations", className="empty")
     return section("Recommendations", body)
+
+
+def saving_line(saving: Any) -> str | None:
+    """A recommendation's saving, each figure by its unit; when every figure is negative (a larger GPU to stop
+    OOMs costs more), said as the extra cost it is rather than as a negative saving."""
+    from dashboard import format as fmt
+    from dashboard.components import by_suffix
+
+    if saving is None:
+        return None
+    if not isinstance(saving, dict):
+        return f"saving: {fmt.text(saving)}"
+    numbers = {k: v for k, v in saving.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if numbers and all(v < 0 for v in numbers.values()):
+        return "extra cost: " + ", ".join(by_suffix(k, -numbers[k] if k in numbers else v) for k, v in saving.items())
+    return "saving: " + ", ".join(by_suffix(k, v) for k, v in saving.items())
 
 
 def _plan_table(plan: dict[str, Any], keys: tuple[str, ...]) -> html.Table | html.Div:
