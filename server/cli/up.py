@@ -51,7 +51,7 @@ def _gpu_present() -> bool:
 def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyped-def]
     """Embedded mode's beat: rollups and due characterizations, in-process."""
     from server.db import make_engine, make_sessionmaker, session_scope
-    from server.fleet.service import rollup_hours
+    from server.fleet.service import RECENT_HOURS, backlog_spans, rollup_hours
     from server.jobs.report_service import characterize_job_pk, jobs_due
     from server.storage.partitions import apply_retention
 
@@ -62,7 +62,9 @@ def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyp
         try:
             now = time.time()
             with session_scope(factory) as session:
-                rollup_hours(session, since=now - 2 * 3600, until=now)
+                rollup_hours(session, since=now - RECENT_HOURS * 3600, until=now)
+                for k, first, last in backlog_spans(session, now=now, raw_retention_days=settings.raw_retention_days):
+                    rollup_hours(session, since=first, until=last, now=now, ranges=[k])
                 if now - last_retention > 3600:
                     apply_retention(session, now=now, raw_retention_days=settings.raw_retention_days)
                     last_retention = now

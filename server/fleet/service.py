@@ -11,6 +11,7 @@ cluster series); this module only moves data between Postgres and those function
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from datetime import datetime
@@ -20,6 +21,7 @@ import numpy as np
 import orjson
 from sqlalchemy import Float, Numeric, Text, and_, case, cast, delete, func, or_, select, text, true
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from server.analysis import characterize as characterize_mod
@@ -30,14 +32,19 @@ from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS,
 from server.db import epoch_column, float_rows, is_postgres, read_in_parallel
 from server.ingest.bulk import insert_ignore
 from server.jobs.report_service import link_window
-from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report
+from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
 from server.models.base import from_epoch
+from server.storage.partitions import DAY_S, day_of
+
+log = logging.getLogger(__name__)
 
 HOUR_S = 3600.0
 CURRENT_WINDOW_S = 300.0  # a GPU's "now" is its latest sample within this many seconds of now
 # One interval past the end is read so that the last interval of the last hour has its closing sample.
 LOOKAHEAD_S = 120.0
 ROLLUP_GPUS_PER_RANGE = 200  # GPU ids per rollup range: the raw samples one rollup read holds in memory
+RECENT_HOURS = 2  # the periodic sweep re-rolls this many hours back from now
+LATE_AFTER_S = 3600.0  # samples older than this on arrival go to the rollup backlog (well inside RECENT_HOURS)
 ROLLUP_LOCK_NS = 0x666C7072  # "flpr": the namespace of rollup_hours' per-range transaction-level advisory locks
 
 
@@ -104,11 +111,48 @@ def rollup_hours(session: Session, *, since: float, until: float, now: float | N
             # One rollup of a range at a time: gpu_job_hourly has no natural key to de-duplicate on, so two
             # overlapping runs (a beat tick while a retry still runs) must not both insert after both deleted.
             session.execute(text("SELECT pg_advisory_xact_lock(:ns, :k)"), {"ns": ROLLUP_LOCK_NS, "k": k})
+        # Backlog of these hours first, samples after: samples committed meanwhile are either read below or leave
+        # a backlog row of their own for the next sweep.
+        session.execute(delete(RollupBacklog).where(RollupBacklog.range_k == k, RollupBacklog.hour >= from_epoch(h0),
+                                                    RollupBacklog.hour < from_epoch(h1)))
         for table in (GpuHourly, GpuJobHourly):
             session.execute(delete(table).where(table.hour >= from_epoch(h0), table.hour < from_epoch(h1),
                                                 table.gpu_id >= first_id, table.gpu_id <= last_id))
         written += _rollup_gpu_range(session, first_id, last_id, h0=h0, h1=h1, windows=windows)
     return written
+
+
+def note_late_samples(session: Session, gpu_ids: list[int], ts: list[float], *, now: float) -> int:
+    """Ingest: samples older than LATE_AFTER_S put their (GPU range, hour) in the rollup backlog, since the
+    periodic sweep (the last RECENT_HOURS hours) may have passed them already. Returns the pairs noted."""
+    cutoff = now - LATE_AFTER_S
+    if not ts or min(ts) >= cutoff:
+        return 0
+    pairs = {((g - 1) // ROLLUP_GPUS_PER_RANGE, t - t % HOUR_S) for g, t in zip(gpu_ids, ts) if t < cutoff}
+    ins = postgresql.insert if is_postgres(session) else sqlite_insert
+    session.execute(ins(RollupBacklog).on_conflict_do_nothing(),
+                    [{"range_k": k, "hour": from_epoch(h)} for k, h in sorted(pairs)])
+    return len(pairs)
+
+
+def backlog_spans(session: Session, *, now: float, raw_retention_days: int) -> list[tuple[int, float, float]]:
+    """The rollup backlog as (GPU range, first hour, last hour) runs of consecutive hours, for rollup_hours.
+    Hours whose raw samples retention may have dropped (the original ones gone, only the late ones left) are
+    not rolled up again, which would replace their rollups by a part of them: their backlog rows are dropped."""
+    oldest = (day_of(now) - raw_retention_days + 1) * DAY_S
+    stale = session.execute(delete(RollupBacklog).where(RollupBacklog.hour < from_epoch(oldest)))
+    if stale.rowcount:
+        log.warning("rollup backlog: %d GPU-range hours older than the raw retention were not rolled up again",
+                    stale.rowcount)
+    spans: list[tuple[int, float, float]] = []
+    for k, hour in session.execute(select(RollupBacklog.range_k, epoch_column(session, RollupBacklog.hour))
+                                   .order_by(RollupBacklog.range_k, RollupBacklog.hour)):
+        h = round(float(hour) / HOUR_S) * HOUR_S
+        if spans and spans[-1][0] == k and spans[-1][2] == h - HOUR_S:
+            spans[-1] = (k, spans[-1][1], h)
+        else:
+            spans.append((k, h, h))
+    return spans
 
 
 def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: float, h1: float,

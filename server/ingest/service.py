@@ -8,6 +8,7 @@ acknowledged as a duplicate and changes nothing.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -21,6 +22,7 @@ from agent.protocol import (
 from server.auth.service import Principal, require_node
 from server.db import is_postgres
 from server.errors import InvalidInput
+from server.fleet.service import note_late_samples
 from server.ingest.bulk import insert_ignore
 from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
@@ -156,6 +158,7 @@ def write_samples(session: Session, items: list[PreparedSamples]) -> list[Ingest
     if taken:
         keep = [i for i, col in enumerate(columns) if i < 2 or any(v is not None for v in col)]
         stored = insert_ignore(session, GpuSample.__table__, [names[i] for i in keep], [columns[i] for i in keep])
+        note_late_samples(session, columns[0], columns[1], now=time.time())
         sent = sum(r.accepted for r in results)
         if stored != sent:
             # Samples already stored under another batch key (an agent that lost its sequence state):

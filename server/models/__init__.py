@@ -13,11 +13,12 @@ from server.models.node import Node
 from server.models.plot_view import PlotView
 from server.models.process_sample import ProcessSample
 from server.models.report import Report
-from server.models.rollup import GpuHourly
+from server.models.rollup import GpuHourly, RollupBacklog
 from server.models.trace import Trace
 
 __all__ = [
     "SCOPES", "ApiToken", "Base", "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
-    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "Report", "GpuHourly", "GpuJobHourly",
+    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "Report", "GpuHourly",
+    "GpuJobHourly", "RollupBacklog",
     "Trace",
 ]

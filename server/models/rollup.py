@@ -26,3 +26,13 @@ class GpuHourly(Base):
     energy_source: Mapped[str | None] = mapped_column(String(32))
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     util_mean_pct: Mapped[float | None] = mapped_column(Float)
+
+
+class RollupBacklog(Base):
+    """Hours of a GPU range (server.fleet.service.rollup_ranges) that received samples after the periodic sweep
+    had passed them (an agent replaying its spool after an outage): rolled up again, then removed."""
+
+    __tablename__ = "rollup_backlog"
+
+    range_k: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)

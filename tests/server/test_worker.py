@@ -63,22 +63,24 @@ def test_job_end_is_characterized_by_a_real_worker(server_settings, redis_url, m
 
 def test_beat_rollup_fans_out_one_task_per_gpu_range_to_a_real_worker(server_settings, redis_url, make_token,
                                                                         worker):
-    """fleetprof.rollup_recent queues one fleetprof.rollup_range per GPU range; the worker writes every GPU's
-    hourly rollups, the same as the sweep run in one process (the embedded mode's path)."""
+    """fleetprof.rollup_recent queues one fleetprof.rollup_range per GPU range, and one per run of backlog hours
+    (node-r2's samples arrive 5 hours late, as from an agent's spool after an outage: the recent sweep alone would
+    never roll them up); the worker writes every GPU's hourly rollups, the same as the sweep of all those hours run
+    in one process (the embedded mode's path), and empties the backlog."""
     from fastapi.testclient import TestClient
-    from sqlalchemy import create_engine, select, text
+    from sqlalchemy import create_engine, func, select, text
 
     from server.app import create_app
     from server.db import make_sessionmaker, session_scope
     from server.fleet.service import ROLLUP_GPUS_PER_RANGE, rollup_hours, rollup_ranges
-    from server.models import GpuHourly
+    from server.models import GpuHourly, RollupBacklog
     from server.worker import create_celery_app
 
     settings = server_settings.model_copy(update={"broker_url": redis_url})
     engine = create_engine(settings.database_url)
-    t0 = time.time() - 900
+    t_late = time.time() - 5 * 3600 - 900
     with TestClient(create_app(settings)) as api:
-        for node in ("node-r1", "node-r2"):
+        for node, t0 in (("node-r1", time.time() - 900), ("node-r2", t_late)):
             assert api.post("/api/v1/ingest/samples", json=sample_batch(node=node, agent_id=node, n=600, gpus=2, t0=t0),
                             headers=auth(make_token("agent", node=node))).status_code == 200
             with engine.begin() as conn:  # the next node's GPUs in another range
@@ -86,6 +88,7 @@ def test_beat_rollup_fans_out_one_task_per_gpu_range_to_a_real_worker(server_set
                                   "(SELECT max(id) FROM gpus) + :w)"), {"w": ROLLUP_GPUS_PER_RANGE})
     with session_scope(make_sessionmaker(engine)) as session:
         assert len(rollup_ranges(session)) >= 2
+        assert session.scalar(select(func.count()).select_from(RollupBacklog)) >= 1  # node-r2's late hour(s)
 
     def rows() -> list[tuple]:
         with engine.connect() as conn:
@@ -102,9 +105,11 @@ def test_beat_rollup_fans_out_one_task_per_gpu_range_to_a_real_worker(server_set
         fanned_out = rows()
     assert len({r[0] for r in fanned_out}) == 4, f"rollups of {len({r[0] for r in fanned_out})} GPUs, not 4"
     assert sum(r[2] for r in fanned_out) == 4 * 600
+    with session_scope(make_sessionmaker(engine)) as session:
+        assert session.scalar(select(func.count()).select_from(RollupBacklog)) == 0
     now = time.time()
-    with session_scope(make_sessionmaker(engine)) as session:  # the same sweep, in one process
-        rollup_hours(session, since=now - 2 * 3600, until=now, now=now)
+    with session_scope(make_sessionmaker(engine)) as session:  # the same hours, in one process
+        rollup_hours(session, since=t_late, until=now, now=now)
     assert rows() == fanned_out
     engine.dispose()
     assert worker.poll() is None, "worker died"
