@@ -128,11 +128,16 @@ def note_late_samples(session: Session, gpu_ids: list[int], ts: list[float], *, 
     cutoff = now - LATE_AFTER_S
     if not ts or min(ts) >= cutoff:
         return 0
-    pairs = {((g - 1) // ROLLUP_GPUS_PER_RANGE, t - t % HOUR_S) for g, t in zip(gpu_ids, ts) if t < cutoff}
+    t = np.asarray(ts, dtype=np.float64)
+    late = t < cutoff
+    ranges = (np.asarray(gpu_ids, dtype=np.int64)[late] - 1) // ROLLUP_GPUS_PER_RANGE
+    hours = (t[late] // HOUR_S).astype(np.int64)
+    keys = np.unique(ranges * 1_000_000_000 + hours)  # hours since epoch stay below 1e9 for 100,000 years
     ins = postgresql.insert if is_postgres(session) else sqlite_insert
     session.execute(ins(RollupBacklog).on_conflict_do_nothing(),
-                    [{"range_k": k, "hour": from_epoch(h)} for k, h in sorted(pairs)])
-    return len(pairs)
+                    [{"range_k": int(key // 1_000_000_000), "hour": from_epoch(float(key % 1_000_000_000) * HOUR_S)}
+                     for key in keys])
+    return int(keys.size)
 
 
 def backlog_spans(session: Session, *, now: float, raw_retention_days: int) -> list[tuple[int, float, float]]:
