@@ -1,7 +1,8 @@
 """Time buckets of plotted series: one grid per time range, so that a job's stored plot views and a fresh SQL
 read give the same points, bit for bit.
 
-A range of span S is cut into FINE_BUCKETS buckets of `fine_width_us(S)` microseconds from its start. A plot
+A range of span S is cut into FINE_BUCKETS buckets of `fine_width_us(S)` microseconds from just before its start
+(SLACK_US / 2, so that clock noise cannot put its first instant in a bucket of its own). A plot
 asking for `points` gets buckets of k fine buckets, k = ceil(FINE_BUCKETS / (points // 2)): at most points // 2
 buckets, each drawn as its minima at its first timestamp and, when it holds more than one row, its maxima at
 its last (the min/max idea of M4, so peaks survive at any zoom). As floor(floor(x / w) / k) == floor(x / (k w))
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 FINE_BUCKETS = 4096
-SLACK_US = 1000  # the span's last instant stays inside the last bucket (SQLite's epochs come through julianday)
+SLACK_US = 1000  # per fine bucket: the span's ends stay inside the grid (SQLite's epochs, via julianday, are ~0.2 ms off)
 
 
 def fine_width_us(span_s: float) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from datetime import datetime, timezone
 
 import orjson
 import psycopg2.errors
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from server.db import is_postgres
 from server.ingest import pgcopy
+from server.models.base import from_epoch
 from server.storage.partitions import PARTITIONED_TABLES, PARTITIONS, day_of
 
 _PG = _pg_dialect.dialect()
@@ -102,7 +102,8 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
             return inserted
     rows = []
     converted = [
-        [None if v is None else datetime.fromtimestamp(v, timezone.utc) for v in col] if name in time_columns
+        # from_epoch: rounded as Postgres rounds, and as every other timestamp (job windows) is converted
+        [from_epoch(v) for v in col] if name in time_columns
         else col
         for name, col in zip(names, columns)
     ]

@@ -6,14 +6,14 @@ histogram. Reads for /timeseries, /timeseries/batch and /steps, and for the stor
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Float, case, cast, extract, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from server.analysis.buckets import Buckets, bucket_factors, fine_width_us, merged_points
+from server.analysis.buckets import SLACK_US, Buckets, bucket_factors, fine_width_us, merged_points
 from server.db import epoch_column, float_rows, is_postgres
 from server.models import Gpu, GpuSample, JobStep
 
@@ -22,13 +22,19 @@ _INTEGRAL_STEP_COLUMNS = {"step", "allocated_peak_bytes", "reserved_peak_bytes"}
 HISTOGRAM_BINS = 60
 
 
+# The grid starts this much before the range: SQLite's epoch seconds (through julianday) are off by up to ~0.2 ms,
+# and a sample at the range's first instant must not fall into a bucket of its own before it.
+ORIGIN_SLACK = timedelta(microseconds=SLACK_US // 2)
+
+
 def time_buckets(session: Session, ts: Any, start: datetime, width_us: int) -> Any:
-    """The SQL bucket key of `width_us`-microsecond buckets from `start`: the one rule for the time buckets of
-    plotted series. Postgres buckets the timestamp itself with date_bin: converting every row to epoch seconds
-    first (EXTRACT is numeric since PG 14) cost three times the scan of a 24 h x 1 Hz series."""
+    """The SQL bucket key of `width_us`-microsecond buckets of the range from `start`: the one rule for the time
+    buckets of plotted series. Postgres buckets the timestamp itself with date_bin: converting every row to epoch
+    seconds first (EXTRACT is numeric since PG 14) cost three times the scan of a 24 h x 1 Hz series."""
+    origin = start - ORIGIN_SLACK
     if is_postgres(session):
-        return func.date_bin(literal_column(f"interval '{int(width_us)} microseconds'"), ts, start)
-    return func.floor((epoch_column(session, ts) - start.timestamp()) / (width_us / 1e6))
+        return func.date_bin(literal_column(f"interval '{int(width_us)} microseconds'"), ts, origin)
+    return func.floor((epoch_column(session, ts) - origin.timestamp()) / (width_us / 1e6))
 
 
 def first_last(session: Session, ts: Any, where: Any = None) -> tuple[Any, Any]:
@@ -42,7 +48,7 @@ def first_last(session: Session, ts: Any, where: Any = None) -> tuple[Any, Any]:
 
 def bucket_index(first_s: np.ndarray, start: datetime, width_us: int) -> np.ndarray:
     """Each bucket's index from its first row's time: whole microseconds, as Postgres' date_bin counts them."""
-    offset_us = np.rint(first_s * 1e6) - round(start.timestamp() * 1e6)
+    offset_us = np.rint(first_s * 1e6) - round((start - ORIGIN_SLACK).timestamp() * 1e6)
     return (offset_us // width_us).astype(np.int64)
 
 

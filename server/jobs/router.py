@@ -119,6 +119,11 @@ def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, setti
     return JSONResponse(report)
 
 
+POINTS_DOC = ("at most this many points per GPU: each time bucket's minimum at its first sample and maximum at its "
+              "last (buckets are whole runs of a fixed grid of 4,096 per range, so 70-100 % of the budget); a GPU "
+              "with no more samples than that gets its samples")
+
+
 class SeriesOut(BaseModel):
     gpu_uuid: str
     gpu_index: int | None = None
@@ -171,7 +176,7 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
             summary="A downsampled per-GPU series for plots (min/max preserved)")
 def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
                    metric: Annotated[str, Query(description=f"one of {', '.join(TIMESERIES_METRICS)}")],
-                   points: int = Query(1000, ge=10, le=20_000), since: float | None = None,
+                   points: int = Query(1000, ge=10, le=20_000, description=POINTS_DOC), since: float | None = None,
                    until: float | None = None) -> TimeseriesOut:
     if metric not in TIMESERIES_METRICS:
         raise InvalidInput(f"unknown metric {metric!r}; one of {', '.join(TIMESERIES_METRICS)}")
@@ -191,7 +196,8 @@ class TimeseriesBatchOut(BaseModel):
 def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: SessionDep,
                          metric: Annotated[list[str], Query(description="repeated: metric=power_w&metric=...")],
                          points: Annotated[list[int],  # noqa: B006 - FastAPI copies defaults
-                                           Query(description="one budget for all, or one per metric")] = [1000],
+                                           Query(description="one budget for all, or one per metric: "
+                                                             + POINTS_DOC)] = [1000],
                          since: float | None = None, until: float | None = None) -> TimeseriesBatchOut:
     unknown = [m for m in metric if m not in TIMESERIES_METRICS]
     if unknown or not metric or len(set(metric)) != len(metric) or len(metric) > 8:

@@ -127,3 +127,52 @@ def test_no_views_for_a_running_job_and_none_used_after_the_job_changed(api, fin
     _drop_raw_data(db_session)
     batch, _, _ = _views(api, op)
     assert all(s["raw_points"] == 0 for s in batch["metrics"]["memory_used_bytes"]["series"])  # not the old views
+
+
+def test_embedded_mode_stores_and_serves_the_same_views(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SQLite (fleetprof up): the same bucket rule through the other dialect."""
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+    from server.auth.service import create_token
+    from server.config import ServerSettings
+    from server.db import make_engine, make_sessionmaker, session_scope
+    from server.migrate import upgrade
+    from server.models import GpuSample, PlotView
+
+    settings = ServerSettings(database_url=f"sqlite:///{tmp_path / 'embedded.db'}", broker_url=None,
+                              data_dir=tmp_path)
+    upgrade(settings)
+    engine = make_engine(settings)
+    factory = make_sessionmaker(engine)
+    with session_scope(factory) as session:
+        op, agent = create_token(session, scope="operator"), create_token(session, scope="agent", node="n")
+    t0 = time.time() - 7200
+    try:
+        with TestClient(create_app(settings)) as api:
+            _ingest(api, agent, "/api/v1/ingest/samples", sample_batch(node="n", n=900, gpus=2, t0=t0))
+            assert api.post("/api/v1/jobs", headers=auth(op), json={
+                "job_id": "v", "node": "n", "gpu_uuids": ["GPU-n-0", "GPU-n-1"], "state": "finished",
+                "started_at": t0, "ended_at": t0 + 899}).status_code == 200
+            assert api.get("/api/v1/jobs/v/report", headers=auth(op)).status_code == 200  # final: views stored
+            deadline = time.monotonic() + 30
+            while True:  # the background characterization of the end may still be writing its own
+                with session_scope(factory) as session:
+                    if session.scalar(select(func.count()).select_from(PlotView)) == 1:
+                        break
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            params = [("metric", "memory_used_bytes"), ("metric", "power_w"), ("points", 100), ("points", 40)]
+            stored = api.get("/api/v1/jobs/v/timeseries/batch", params=params, headers=auth(op)).json()
+            with session_scope(factory) as session:
+                session.execute(delete(PlotView))
+            from_samples = api.get("/api/v1/jobs/v/timeseries/batch", params=params, headers=auth(op)).json()
+            assert stored == from_samples
+            got = [(len(s["values"]), s["raw_points"]) for s in stored["metrics"]["memory_used_bytes"]["series"]]
+            assert all(n <= 100 and raw == 900 for n, raw in got), got
+            assert api.get("/api/v1/jobs/v/report", params={"refresh": "true"}, headers=auth(op)).status_code == 200
+            with session_scope(factory) as session:
+                session.execute(delete(GpuSample))
+            assert api.get("/api/v1/jobs/v/timeseries/batch", params=params, headers=auth(op)).json() == stored
+    finally:
+        engine.dispose()
