@@ -1,4 +1,5 @@
-"""DCGM-exporter-compatible gauges from each GPU's latest sample (no job label: cardinality)."""
+"""DCGM-exporter-compatible gauges from each GPU's latest sample (no job label: cardinality), and the rollup
+backlog."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from server.models import Gpu, GpuSample, Node
+from server.models import Gpu, GpuSample, Node, RollupBacklog
 from server.models.base import from_epoch
 
 # (DCGM field name, our column, scale to DCGM's unit, help)
@@ -40,7 +41,10 @@ def fleet_gauges_text(factory: sessionmaker[Session]) -> str:
             .join(latest, (GpuSample.gpu_id == latest.c.gpu_id) & (GpuSample.ts == latest.c.ts))
             .join(Gpu, Gpu.id == GpuSample.gpu_id).join(Node, Node.id == Gpu.node_id)
         ).all()
-    lines = []
+        backlog = session.scalar(select(func.count()).select_from(RollupBacklog))
+    lines = ["# HELP fleetprof_rollup_backlog_hours GPU-range hours waiting to be rolled up again (samples that "
+             "arrived after the rollup sweep had passed their hour)", "# TYPE fleetprof_rollup_backlog_hours gauge",
+             f"fleetprof_rollup_backlog_hours {backlog}"]
     for i, (name, col, scale, help_text) in enumerate(DCGM_GAUGES):
         lines.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge")
         for node, index, uuid, model, *values in rows:
