@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 FINE_BUCKETS = 4096
-SLACK_US = 1000  # per fine bucket: the span's ends stay inside the grid (SQLite's epochs, via julianday, are ~0.2 ms off)
+# Per fine bucket: the span's ends stay inside the grid (SQLite's epochs, via julianday, are ~0.2 ms off).
+SLACK_US = 1000
 
 
 def fine_width_us(span_s: float) -> int:

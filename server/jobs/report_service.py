@@ -302,7 +302,8 @@ def has_report(session: Session, job: Job) -> bool:
 
 
 def rightsizing_history(session: Session, job: Job, *, limit: int,
-                        cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS) -> list[tuple[str, Mapping[str, Any]]]:
+                        cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS,
+                        ) -> list[tuple[str, Mapping[str, Any]]]:
     """(job_id, rightsizing inputs) of this job and earlier runs of the same name and team, oldest first.
 
     Only the small `rightsizing_inputs` part of each cached report is read, never the samples, and only for the

@@ -29,7 +29,8 @@ def finished_job(api, make_token, db_session):  # type: ignore[no-untyped-def]
     op = make_token("operator")
     t0 = time.time() - 7200
     batch = sample_batch(node="n", n=900, gpus=2, t0=t0)
-    batch["samples"]["power_w"] = [None if 300 <= k // 2 < 400 else p for k, p in enumerate(batch["samples"]["power_w"])]
+    power = batch["samples"]["power_w"]
+    batch["samples"]["power_w"] = [None if 300 <= k // 2 < 400 else p for k, p in enumerate(power)]
     _ingest(api, make_token("agent", node="n"), "/api/v1/ingest/samples", batch)
     r = api.post("/api/v1/jobs", headers=auth(op), json={
         "job_id": "v", "team": "t", "node": "n", "gpu_uuids": ["GPU-n-0", "GPU-n-1"], "state": "finished",
