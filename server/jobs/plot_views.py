@@ -33,7 +33,7 @@ STORED_METRICS = ("memory_used_bytes", "power_w", "gpu_util_pct")
 # Stored as: MAGIC, the JSON header's length (4 bytes, big-endian), the JSON header (what lies where), then every
 # array as float64 end to end, zlib-compressed in one piece. (numpy's .npz, one zip member per array, spent
 # ~40 ms parsing ~250 member headers per read: more than merging the buckets.)
-MAGIC = b"FPV2"
+MAGIC = b"FPV3"  # bumped whenever the bucket grid or the layout changes: older views are then ignored
 # Decoded views of the last few jobs opened, keyed by (database, job_pk, computed_at): a job page asks for its
 # series and its steps at once, and is opened again; each decode is a ~5 MB inflate. Bounded in bytes.
 _DECODED: LruCache[tuple[str, int, datetime], PlotViews] = LruCache(max_entries=4)
