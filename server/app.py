@@ -107,7 +107,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     from server.errors import install_error_handlers
     from server.estimate.router import router as estimate_router
-    from server.fleet.dashboard_router import jobs_router as job_steps_router
     from server.fleet.dashboard_router import router as fleet_views_router
     from server.fleet.router import router as fleet_router
     from server.health import router as health_router
@@ -118,7 +117,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     from server.traces.router import router as traces_router
 
     install_error_handlers(app)
-    for r in (health_router, ingest_router, jobs_router, job_steps_router, traces_router, nodes_router, fleet_router,
+    for r in (health_router, ingest_router, jobs_router, traces_router, nodes_router, fleet_router,
               fleet_views_router, estimate_router):
         app.include_router(r)
 

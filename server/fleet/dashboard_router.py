@@ -3,10 +3,8 @@
 - GET /api/v1/fleet/timeline: utilization heatmap node×GPU×hour and fleet energy per hour, by energy source
   (operators);
 - GET /api/v1/fleet/headroom: memory headroom of each job active in the window (operators);
-- GET /api/v1/jobs/{job_id}/steps: per-step wall time and allocator peaks, for the job page (job readers); with
-  `points`, downsampled to the plot's width plus a step-time histogram of every step.
 
-Everything here reads the hourly rollups, the stored reports or the framework steps: nothing is recomputed.
+Everything here reads the hourly rollups or the stored reports: nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -16,27 +14,20 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-import orjson
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query
 from sqlalchemy import Float, Integer, String, func, literal, null, select, union_all
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from server.analysis.fleet import ENERGY_SOURCES
-from server.db import epoch_column, is_postgres, read_in_parallel
-from server.deps import JobReaderAuth, OperatorAuth, SessionDep
-from server.errors import InvalidInput
+from server.db import epoch_column, is_postgres
+from server.deps import OperatorAuth, SessionDep
 from server.fleet import service as fleet_service
 from server.fleet.router import parse_window
-from server.jobs import report_service
-from server.jobs import service as job_service
-from server.jobs.plot_series import downsampled_steps, wall_histogram
 from server.models import Gpu, GpuHourly, Node
-from server.models.base import from_epoch, to_epoch
-from server.models.framework import JobStep
+from server.models.base import from_epoch
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
-jobs_router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 MAX_HEATMAP_ROWS = 5000
 
@@ -193,61 +184,3 @@ def fleet_headroom(_: OperatorAuth, session: SessionDep,
              "gpu_count": r["gpus"]} for r in fleet_service.job_rows(session, since, limit=limit)]
     return {"window_s": parse_window(window), "jobs": jobs,
             "source": "job reports: largest single-GPU NVML peak vs that GPU's capacity"}
-
-
-@jobs_router.get("/{job_id}/steps", summary="Per-step wall time and allocator peaks from the framework hooks",
-                 responses={404: {"description": "no such job, or not visible to this token"}})
-def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since: float | None = None,
-              until: float | None = None, limit: int = Query(20_000, ge=1, le=200_000),
-              points: int | None = Query(None, ge=10, le=20_000, description=(
-                  "downsample to about this many rows per rank (each time bucket's minima at its first step, "
-                  "maxima at its last) and add a step-time histogram of every step in the range"))) -> Response:
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and not (0 <= value < 1e11):
-            raise InvalidInput(f"{name} must be seconds since epoch")
-    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
-    where = [JobStep.job_pk == job.id]
-    if since is not None:
-        where.append(JobStep.ts >= from_epoch(since))
-    if until is not None:
-        where.append(JobStep.ts <= from_epoch(until))
-    source = "framework hooks (per-step wall time; torch.cuda max_memory_allocated/reserved per step)"
-    if points is not None and since is None and until is None:
-        # A finished job's whole-range view comes from its stored plot views, as the steps would give it.
-        stored = report_service.final_plot_views(session, job)
-        down = stored.downsampled_steps(points) if stored is not None else None
-        if stored is not None and down is not None:
-            return _json({"job_id": job.job_id, "memory_source": stored.memory_source, "source": source,
-                          "wall_s_histogram": stored.histogram, **down["rows"], "raw_count": down["raw_count"],
-                          "downsampled": True})
-    meta = {"job_id": job.job_id,
-            "memory_source": session.scalar(select(JobStep.memory_source).where(*where,
-                                                                                JobStep.memory_source.is_not(None))
-                                            .limit(1)),
-            "source": source}
-    if points is not None:
-        # The histogram (one row per step) is read on a connection of its own while this one buckets the rows.
-        histogram = read_in_parallel(session, wall_histogram, where)
-        first, last = session.execute(select(func.min(JobStep.ts), func.max(JobStep.ts)).where(*where)).one()
-        down = downsampled_steps(session, where, first, last, points) if first is not None else \
-            {"rows": {}, "raw_count": 0, "max_per_rank": 0}
-        meta["wall_s_histogram"] = histogram.result()
-        if down["max_per_rank"] > points:
-            return _json({**meta, **down["rows"], "raw_count": down["raw_count"], "downsampled": True})
-        limit = max(down["raw_count"], 1)
-    # The most recent `limit` steps, returned in time order.
-    steps = list(session.scalars(select(JobStep).where(*where).order_by(JobStep.ts.desc()).limit(limit)))[::-1]
-    out = {
-        **meta, "count": len(steps),
-        "rank": [s.rank for s in steps], "step": [s.step for s in steps], "ts": [to_epoch(s.ts) for s in steps],
-        "wall_s": [s.wall_s for s in steps], "allocated_peak_bytes": [s.allocated_peak_bytes for s in steps],
-        "reserved_peak_bytes": [s.reserved_peak_bytes for s in steps],
-    }
-    if points is not None:
-        out.update(raw_count=len(steps), downsampled=False)
-    return _json(out)
-
-
-def _json(body: dict[str, Any]) -> Response:
-    """Tens of thousands of numbers: serialized at once (FastAPI's encoder walks every value, ~4x slower)."""
-    return Response(orjson.dumps(body), media_type="application/json")
