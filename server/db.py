@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, create_engine, event, func, literal_column
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.config import ServerSettings
@@ -60,6 +62,11 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
 def is_postgres(engine_or_session: Engine | Session) -> bool:
     bind = engine_or_session.get_bind() if isinstance(engine_or_session, Session) else engine_or_session
     return bind.dialect.name == "postgresql"
+
+
+def dialect_insert(session: Session):  # type: ignore[no-untyped-def]
+    """INSERT with ON CONFLICT for this session's dialect (Postgres or SQLite)."""
+    return pg_insert if is_postgres(session) else sqlite_insert
 
 
 def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]

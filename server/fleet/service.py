@@ -21,7 +21,6 @@ import numpy as np
 import orjson
 from sqlalchemy import Float, Numeric, Text, and_, case, cast, delete, func, or_, select, text, true
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from server.analysis import characterize as characterize_mod
@@ -29,7 +28,7 @@ from server.analysis.energy import IDLE_UTIL_PCT
 from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
                                    attribution_weights, group_figures, gpus_now, job_figures,
                                    job_fleet_row, reduce_hours, sample_terms, summary_from_totals)
-from server.db import epoch_column, float_rows, is_postgres, read_in_parallel
+from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel
 from server.ingest.bulk import insert_ignore
 from server.jobs.report_service import link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
@@ -130,14 +129,11 @@ def note_late_samples(session: Session, gpu_ids: list[int], ts: list[float], *, 
         return 0
     t = np.asarray(ts, dtype=np.float64)
     late = t < cutoff
-    ranges = (np.asarray(gpu_ids, dtype=np.int64)[late] - 1) // ROLLUP_GPUS_PER_RANGE
-    hours = (t[late] // HOUR_S).astype(np.int64)
-    keys = np.unique(ranges * 1_000_000_000 + hours)  # hours since epoch stay below 1e9 for 100,000 years
-    ins = postgresql.insert if is_postgres(session) else sqlite_insert
-    session.execute(ins(RollupBacklog).on_conflict_do_nothing(),
-                    [{"range_k": int(key // 1_000_000_000), "hour": from_epoch(float(key % 1_000_000_000) * HOUR_S)}
-                     for key in keys])
-    return int(keys.size)
+    pairs = np.unique(np.column_stack([(np.asarray(gpu_ids, dtype=np.int64)[late] - 1) // ROLLUP_GPUS_PER_RANGE,
+                                       (t[late] // HOUR_S).astype(np.int64)]), axis=0)
+    session.execute(dialect_insert(session)(RollupBacklog).on_conflict_do_nothing(),
+                    [{"range_k": int(k), "hour": from_epoch(float(h) * HOUR_S)} for k, h in pairs])
+    return len(pairs)
 
 
 def backlog_spans(session: Session, *, now: float, raw_retention_days: int) -> list[tuple[int, float, float]]:

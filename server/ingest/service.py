@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
@@ -20,13 +19,14 @@ from agent.protocol import (
     SAMPLE_FIELDS, EventBatch, JobEndEvent, JobStartEvent, LayerEvent, OomEvent, SampleBatch, StepEvent,
 )
 from server.auth.service import Principal, require_node
-from server.db import is_postgres
+from server.db import dialect_insert, is_postgres
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
 from server.ingest.bulk import insert_ignore
 from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
-from server.models import TERMINAL_STATES, Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node, ProcessSample
+from server.models import (TERMINAL_STATES, Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node,
+                           ProcessSample)
 from server.models.base import from_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -41,13 +41,9 @@ class IngestResult:
     jobs_ended: tuple[int, ...] = ()
 
 
-def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
-    return pg_insert if is_postgres(session) else sqlite_insert
-
-
 def _claim_batch(session: Session, *, kind: str, source_id: str, seq: int, rows: int) -> bool:
     """Insert the idempotency row; False when this (kind, source, seq) was committed before."""
-    ins = _dialect_insert(session)
+    ins = dialect_insert(session)
     stmt = ins(IngestBatch).values(kind=kind, source_id=source_id, seq=seq, rows=rows, received_at=utcnow())
     result = session.execute(stmt.on_conflict_do_nothing())
     return result.rowcount == 1
@@ -206,7 +202,7 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
     if not _claim_batch(session, kind="events", source_id=batch.source_id, seq=batch.seq, rows=len(batch.events)):
         return IngestResult(0, True)
 
-    ins = _dialect_insert(session)
+    ins = dialect_insert(session)
     step_rows, layer_rows = [], []
     ended: list[int] = []
     for ev in batch.events:
@@ -232,9 +228,9 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
                 job.extra = {**(job.extra or {}), "oom_seen": True}
     # Steps or layers of a job that has already ended change what its final report and plot views were made of:
     # the job counts as updated, so that both are computed again (report_service.jobs_due) and not served stale.
-    for pk in {r["job_pk"] for r in step_rows} | {r["job_pk"] for r in layer_rows}:
-        job = next(j for j in jobs.values() if j.id == pk)
-        if job.state in TERMINAL_STATES:
+    fed = {r["job_pk"] for r in step_rows + layer_rows}
+    for job in jobs.values():
+        if job.id in fed and job.state in TERMINAL_STATES:
             job.updated_at = utcnow()
     if step_rows:
         session.execute(ins(JobStep).on_conflict_do_nothing(), step_rows)

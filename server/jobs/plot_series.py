@@ -154,6 +154,11 @@ def downsampled_steps(session: Session, where: list[Any], start: datetime, end: 
     return steps_from_buckets(step_buckets(session, where, start, width_us), 1)
 
 
+def step_memory_source(session: Session, where: list[Any]) -> str | None:
+    """Where the steps' allocator peaks came from (the hooks say; the first step that says)."""
+    return session.scalar(select(JobStep.memory_source).where(*where, JobStep.memory_source.is_not(None)).limit(1))
+
+
 def wall_histogram(session: Session, where: list[Any]) -> dict[str, Any] | None:
     """Step time of every step in the range (a step's time is its slowest rank's, as the report counts it) as
     HISTOGRAM_BINS equal bins from the fastest step to the 99.5th percentile, the slower ones counted in

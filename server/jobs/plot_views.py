@@ -16,14 +16,12 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from server.analysis.buckets import Buckets, bucket_factors, fine_width_us
-from server.db import is_postgres, read_in_parallel
+from server.db import dialect_insert, read_in_parallel
 from server.jobs.plot_series import (STEP_COLUMNS, Series, gpu_buckets, series_from_buckets, step_buckets,
-                                     steps_from_buckets, wall_histogram)
+                                     step_memory_source, steps_from_buckets, wall_histogram)
 from server.models import Gpu, Job, JobStep, PlotView
 from server.lru import LruCache
 from server.models.base import to_epoch
@@ -96,8 +94,7 @@ def store(session: Session, job: Job, windows: list[tuple[Gpu, datetime, datetim
             _put(arrays, f"r{rank}", {"steps": b})
         meta["steps"] = {"start": to_epoch(first), "end": to_epoch(last), "ranks": sorted(per_rank)}
     meta["histogram"] = histogram.result()
-    meta["memory_source"] = session.scalar(select(JobStep.memory_source).where(
-        *where, JobStep.memory_source.is_not(None)).limit(1))
+    meta["memory_source"] = step_memory_source(session, where)
     layout, parts, offset = {}, [], 0
     for key, arr in arrays.items():
         layout[key] = (offset, int(arr.size))
@@ -107,7 +104,7 @@ def store(session: Session, job: Job, windows: list[tuple[Gpu, datetime, datetim
     header = json.dumps(meta).encode()
     body = np.concatenate(parts).tobytes() if parts else b""
     data = MAGIC + struct.pack(">I", len(header)) + header + zlib.compress(body, 1)
-    ins = pg_insert if is_postgres(session) else sqlite_insert
+    ins = dialect_insert(session)
     stmt = ins(PlotView).values(job_pk=job.id, computed_at=computed_at, data=data)
     session.execute(stmt.on_conflict_do_update(index_elements=["job_pk"], set_={
         "computed_at": stmt.excluded.computed_at, "data": stmt.excluded.data}))

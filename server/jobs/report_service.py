@@ -9,15 +9,13 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import SAMPLE_FIELDS
@@ -26,11 +24,12 @@ from server.analysis.fleet import job_fleet_row
 from server.analysis.trace_sections import merge_trace_sections
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, StepSeries
 from server.config import ServerSettings
-from server.db import epoch_column, float_rows, is_postgres, read_in_parallel, session_scope
+from server.db import dialect_insert, epoch_column, float_rows, read_in_parallel, session_scope
 from server.jobs import plot_views
+from server.jobs.plot_series import step_memory_source
 from server.lru import LruCache
 from server.models import TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, Report, Trace
-from server.models.base import from_epoch, to_epoch, utcnow
+from server.models.base import epoch_us, from_epoch, to_epoch, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +84,7 @@ def _load_steps(session: Session, job: Job, since: datetime | None = None) -> St
                    .where(*where).order_by(t.c.rank, t.c.step), len(_STEP_ARRAYS))
     if not a.size:
         return None
-    source = session.scalar(select(JobStep.memory_source).where(JobStep.job_pk == job.id,
-                                                                JobStep.memory_source.is_not(None)).limit(1))
+    source = step_memory_source(session, [JobStep.job_pk == job.id])
     cols = {c: a[:, i] for i, c in enumerate(_STEP_ARRAYS)}
     return StepSeries(**{**cols, "rank": cols["rank"].astype(np.int64), "step": cols["step"].astype(np.int64)},
                       memory_source=source)
@@ -112,52 +110,48 @@ RUNNING_SERIES: LruCache[tuple[Any, ...], _Read] = LruCache(max_entries=4096, ma
                                                            weigh=lambda r: r.nbytes)
 
 
-def _whole_us(epoch_s: float) -> int:
-    return round(epoch_s * 1e6)
-
-
-def _before(ts: np.ndarray, cut_us: int) -> np.ndarray:
-    """ts < cut, compared in whole microseconds as the database stores them (the rows the next read leaves out)."""
-    return np.rint(ts * 1e6) < cut_us
-
-
 def _running_key(session: Session, job: Job, *what: Any) -> tuple[Any, ...]:
     """What identifies one job's reads: database, job row (ids are reused after a restore; creation times not)."""
     return (str(session.get_bind().engine.url), job.id, job.created_at, *what)
 
 
-def _gpu_series_running(session: Session, job: Job, gpu: Gpu, start: datetime, end: datetime) -> GpuSeries:
-    key = _running_key(session, job, "gpu", gpu.id, to_epoch(start))
-    hit, until = RUNNING_SERIES.get(key), to_epoch(end)
-    assert until is not None
-    if hit is None or hit.until > until:
-        series = load_gpu_series(session, gpu, start, end)
+def _since_last_read(key: tuple[Any, ...], until: float, read: Callable[[datetime | None], Any],
+                     join: Callable[[Any, np.ndarray, Any], Any], *, floor_s: float = 0.0) -> Any:
+    """`read(None)` reads everything up to `until`, `read(cut)` the rows at or after `cut`; with this process's
+    earlier read of `key`, only the latter, joined to the earlier rows before the cut (`join(old, keep, new)`).
+    The cut is in whole microseconds, as the database stores times, so no row is counted twice."""
+    hit = RUNNING_SERIES.get(key)
+    if hit is None or hit.value is None or hit.until > until:
+        value = read(None)
     else:
-        cut_us = _whole_us(max(hit.until - SERIES_OVERLAP_S, to_epoch(start) or 0.0))
-        old, new = hit.value, load_gpu_series(session, gpu, from_epoch(cut_us / 1e6), end)  # type: ignore[arg-type]
-        keep = _before(old.ts, cut_us)
-        series = dataclasses.replace(new, ts=np.concatenate([old.ts[keep], new.ts]), columns={
+        cut_us = epoch_us(max(hit.until - SERIES_OVERLAP_S, floor_s))
+        value = join(hit.value, np.rint(hit.value.ts * 1e6) < cut_us, read(from_epoch(cut_us / 1e6)))
+    arrays = [] if value is None else [v for v in vars(value).values() if isinstance(v, np.ndarray)]
+    columns = getattr(value, "columns", {}).values()
+    RUNNING_SERIES.put(key, _Read(value, until, sum(a.nbytes for a in (*arrays, *columns))))
+    return value
+
+
+def _gpu_series_running(session: Session, job: Job, gpu: Gpu, start: datetime, end: datetime) -> GpuSeries:
+    def join(old: GpuSeries, keep: np.ndarray, new: GpuSeries) -> GpuSeries:
+        return dataclasses.replace(new, ts=np.concatenate([old.ts[keep], new.ts]), columns={
             c: np.concatenate([old.columns[c][keep], new.columns[c]]) for c in new.columns})
-    RUNNING_SERIES.put(key, _Read(series, until, series.ts.nbytes * (1 + len(series.columns))))
-    return series
+
+    return _since_last_read(_running_key(session, job, "gpu", gpu.id, to_epoch(start)), to_epoch(end) or 0.0,
+                            lambda cut: load_gpu_series(session, gpu, cut or start, end), join,
+                            floor_s=to_epoch(start) or 0.0)
 
 
 def _steps_running(session: Session, job: Job, now: float) -> StepSeries | None:
-    key = _running_key(session, job, "steps")
-    hit = RUNNING_SERIES.get(key)
-    if hit is None or hit.value is None:
-        steps = _load_steps(session, job)
-    else:
-        cut_us = _whole_us(hit.until - SERIES_OVERLAP_S)
-        old, new = hit.value, _load_steps(session, job, since=from_epoch(cut_us / 1e6))
-        keep = _before(old.ts, cut_us)
+    def join(old: StepSeries, keep: np.ndarray, new: StepSeries | None) -> StepSeries:
         arrays = {c: np.concatenate([getattr(old, c)[keep]] + ([getattr(new, c)] if new is not None else []))
                   for c in _STEP_ARRAYS}
         order = np.lexsort((arrays["step"], arrays["rank"]))
-        steps = StepSeries(**{c: v[order] for c, v in arrays.items()},
-                           memory_source=new.memory_source if new is not None else old.memory_source)
-    RUNNING_SERIES.put(key, _Read(steps, now, steps.ts.nbytes * len(_STEP_ARRAYS) if steps is not None else 0))
-    return steps
+        return StepSeries(**{c: v[order] for c, v in arrays.items()},
+                          memory_source=new.memory_source if new is not None else old.memory_source)
+
+    return _since_last_read(_running_key(session, job, "steps"), now,
+                            lambda cut: _load_steps(session, job, since=cut), join)
 
 
 def _load_layers(session: Session, job: Job) -> list[LayerRow]:
@@ -207,7 +201,7 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     report.setdefault("team", job.team)
     report.setdefault("name", job.name)
     # An upsert: the worker (or the in-process task) and a reader may characterize the same job at once.
-    ins = pg_insert if is_postgres(session) else sqlite_insert
+    ins = dialect_insert(session)
     stmt = ins(Report).values(job_pk=job.id, analyzer_version=characterize_mod.ANALYZER_VERSION,
                               computed_at=from_epoch(now), data=report, fleet_row=job_fleet_row(report))
     session.execute(stmt.on_conflict_do_update(index_elements=["job_pk", "analyzer_version"],

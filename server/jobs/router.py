@@ -22,7 +22,7 @@ from server.errors import Forbidden, InvalidInput
 from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
-from server.jobs.plot_series import downsampled_steps, wall_histogram
+from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
 from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
 from server.models import JobStep
 from server.models.base import from_epoch, to_epoch
@@ -217,7 +217,7 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
 
 
 @router.get("/{job_id}/steps", summary="Per-step wall time and allocator peaks from the framework hooks",
-                 responses={404: {"description": "no such job, or not visible to this token"}})
+            responses=JOB_NOT_FOUND)
 def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since: float | None = None,
               until: float | None = None, limit: int = Query(20_000, ge=1, le=200_000),
               points: int | None = Query(None, ge=10, le=20_000, description=(
@@ -236,16 +236,11 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
     if points is not None and since is None and until is None:
         # A finished job's whole-range view comes from its stored plot views, as the steps would give it.
         stored = report_service.final_plot_views(session, job)
-        down = stored.downsampled_steps(points) if stored is not None else None
-        if stored is not None and down is not None:
+        if stored is not None and (down := stored.downsampled_steps(points)) is not None:
             return _json({"job_id": job.job_id, "memory_source": stored.memory_source, "source": source,
                           "wall_s_histogram": stored.histogram, **down["rows"], "raw_count": down["raw_count"],
                           "downsampled": True})
-    meta = {"job_id": job.job_id,
-            "memory_source": session.scalar(select(JobStep.memory_source).where(*where,
-                                                                                JobStep.memory_source.is_not(None))
-                                            .limit(1)),
-            "source": source}
+    meta = {"job_id": job.job_id, "memory_source": step_memory_source(session, where), "source": source}
     if points is not None:
         # The histogram (one row per step) is read on a connection of its own while this one buckets the rows.
         histogram = read_in_parallel(session, wall_histogram, where)
