@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -172,9 +172,10 @@ def cli_env(server_settings):
 
 
 @contextmanager
-def server_process(env: dict[str, str], log_path: Path, *args: str) -> Iterator[str]:
+def server_process(env: dict[str, str], log_path: Path, *args: str,
+                   on_start: Callable[[Callable[[], str]], None] | None = None) -> Iterator[str]:
     """A real `fleetprof server` process (uvicorn) on a free port with `env`; yields its base URL. Its stdout and
-    stderr go to `log_path`."""
+    stderr go to `log_path`. `on_start` receives a function that returns the server's thread stacks and log."""
     import subprocess
     import sys
 
@@ -183,6 +184,8 @@ def server_process(env: dict[str, str], log_path: Path, *args: str) -> Iterator[
         proc = subprocess.Popen([sys.executable, "-m", "fleetprof.cli", "server", "--port", str(port), *args],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
+        if on_start is not None:
+            on_start(lambda: _server_dump(proc, log_path))
         try:
             wait_http(url + "/healthz")
             yield url
@@ -195,8 +198,34 @@ def server_process(env: dict[str, str], log_path: Path, *args: str) -> Iterator[
                 proc.wait(5)
 
 
+def _server_dump(proc, log_path: Path) -> str:  # type: ignore[no-untyped-def]
+    """The server's thread stacks (SIGUSR1: faulthandler, see `fleetprof server`) and the tail of its log."""
+    import signal
+    import time
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+    return log_path.read_text(errors="replace")[-20_000:] if log_path.exists() else "(no log)"
+
+
+SERVER_DUMPS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+    """A failing test that ran a live server shows where the server was (stacks, log) beside the failure: a
+    request that hung in CI says what it waited on."""
+    report = yield
+    if report.when == "call" and report.failed:
+        for dump in item.stash.get(SERVER_DUMPS, []):
+            report.sections.append(("live server: thread stacks and log", dump()))
+    return report
+
+
 @pytest.fixture
-def live_server(cli_env, tmp_path):
+def live_server(cli_env, tmp_path, request):
     """A real `fleetprof server` on this test session's Postgres; yields its base URL."""
-    with server_process(cli_env, tmp_path / "server.log") as url:
+    dumps = request.node.stash.setdefault(SERVER_DUMPS, [])
+    with server_process(cli_env, tmp_path / "server.log", on_start=dumps.append) as url:
         yield url

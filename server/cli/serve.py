@@ -13,7 +13,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import faulthandler
+    import signal
+
     import uvicorn
+
+    # `kill -USR1 <pid>` writes every thread's stack to stderr: how to see where a stuck request waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     uvicorn.run("server.app:create_app", factory=True, host=args.host, port=args.port, workers=args.workers,
                 log_level=args.log_level, access_log=False)
