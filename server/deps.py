@@ -21,7 +21,11 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": the commit happens when the route returns, before the response is sent. FastAPI's default
+# commits after sending: a client could read its 200 and ask again before the write was visible (the fuzz seed
+# did, and its next request, blocked on the uncommitted row, held the event loop the commit was waiting for), and
+# a failed commit would follow a 200.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 # Dependencies that do no I/O are `async def`: FastAPI runs a plain `def` dependency in the thread pool, a

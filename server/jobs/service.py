@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from server.auth.service import Principal
+from server.db import dialect_insert
 from server.errors import Forbidden, InvalidInput, NotFound
 from server.ingest.inventory import ensure_gpus
 from server.jobs.schemas import JobCreate, JobRead
@@ -23,6 +24,19 @@ def _not_found(job_id: str) -> NotFound:
 
 def find_job(session: Session, job_id: str) -> Job | None:
     return session.scalars(select(Job).where(Job.job_id == job_id)).first()
+
+
+def _create_job(session: Session, job_id: str, **values: object) -> tuple[Job, bool]:
+    """The job `job_id`, inserted with `values` unless it exists; (job, created).
+
+    Two requests may create the same job at once (an agent registering it while the hooks upload a trace):
+    ON CONFLICT DO NOTHING makes the second wait for the first's commit and then take its row, where a plain
+    INSERT would fail on the unique job_id."""
+    insert = dialect_insert(session)(Job).values(job_id=job_id, extra={}, **values)
+    new_pk = session.execute(insert.on_conflict_do_nothing(index_elements=[Job.job_id]).returning(Job.id)).scalar()
+    job = find_job(session, job_id)
+    assert job is not None  # inserted now, or committed by the request that won
+    return job, new_pk is not None
 
 
 def get_visible_job(session: Session, *, job_id: str, principal: Principal) -> Job:
@@ -48,11 +62,10 @@ def get_writable_job(session: Session, *, job_id: str, principal: Principal) -> 
     """The job a framework-event or trace writer may write to; created (running) if it does not exist yet."""
     job = find_job(session, job_id)
     if job is None:
-        job = Job(job_id=job_id, team=principal.team if principal.scope == "team" else None, state="running",
-                  started_at=utcnow(), extra={})
-        session.add(job)
-        session.flush()
-        return job
+        job, created = _create_job(session, job_id, team=principal.team if principal.scope == "team" else None,
+                                   state="running", started_at=utcnow())
+        if created:
+            return job
     if principal.scope == "team" and job.team != principal.team:
         raise _not_found(job_id)
     return job
@@ -62,9 +75,7 @@ def get_or_create_observed(session: Session, *, job_id: str, node: str, seen_at:
     """A job first seen by an agent through a process's environment (e.g. a Slurm job nobody registered)."""
     job = find_job(session, job_id)
     if job is None:
-        job = Job(job_id=job_id, state="running", node_name=node, started_at=from_epoch(seen_at), extra={})
-        session.add(job)
-        session.flush()
+        job, _ = _create_job(session, job_id, state="running", node_name=node, started_at=from_epoch(seen_at))
     return job
 
 
@@ -90,6 +101,22 @@ def mark_ended(job: Job, *, ts: float, exit_code: int | None, state: str | None)
     return not was_terminal
 
 
+def _authorise_update(job: Job, data: JobCreate, *, principal: Principal, team: str | None,
+                      node_bound: bool) -> None:
+    """May `principal` update the existing `job` with `data`? Moves it to `team` where that is allowed."""
+    if principal.scope == "team" and job.team not in (None, principal.team):
+        raise _not_found(data.job_id)
+    if node_bound and job.node_name != principal.node:
+        # A node's agent sees and updates only the jobs of its own node.
+        raise _not_found(data.job_id)
+    if team is not None and team != job.team:
+        # Moving an owned job to another team would hand its data over: operators only (agents may claim
+        # a job nobody owns yet, as `fleetprof replay` does).
+        if job.team is not None and principal.scope != "operator":
+            raise Forbidden(f"job {data.job_id!r} already belongs to a team; only an operator can move it")
+        job.team = team
+
+
 def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tuple[Job, bool]:
     """Register or update; returns (job, became_terminal)."""
     team = data.team
@@ -102,20 +129,12 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
         raise Forbidden(f"this agent token writes for node {principal.node!r}, not {data.node!r}")
     job = find_job(session, data.job_id)
     if job is None:
-        job = Job(job_id=data.job_id, team=team, state="pending", extra={},
-                  node_name=principal.node if node_bound else None)
-        session.add(job)
-    elif principal.scope == "team" and job.team not in (None, principal.team):
-        raise _not_found(data.job_id)
-    elif node_bound and job.node_name != principal.node:
-        # A node's agent sees and updates only the jobs of its own node.
-        raise _not_found(data.job_id)
-    elif team is not None and team != job.team:
-        # Moving an owned job to another team would hand its data over: operators only (agents may claim
-        # a job nobody owns yet, as `fleetprof replay` does).
-        if job.team is not None and principal.scope != "operator":
-            raise Forbidden(f"job {data.job_id!r} already belongs to a team; only an operator can move it")
-        job.team = team
+        job, created = _create_job(session, data.job_id, team=team, state="pending",
+                                   node_name=principal.node if node_bound else None)
+        if not created:  # a concurrent request registered it first: this is an update after all
+            _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
+    else:
+        _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
     was_terminal = job.state in TERMINAL_STATES
     for attr, value in (("name", data.name), ("command", data.command), ("framework", data.framework),
                         ("host", data.host), ("user_name", data.user), ("node_name", data.node),

@@ -39,9 +39,12 @@ async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth
                        filename: str | None = Query(None, max_length=500),
                        rank: int | None = Query(None, ge=0, le=1_000_000)) -> TraceRead:
     factory = request.app.state.sessionmaker
-    with factory() as session:  # authorise before reading a possibly large body
-        job_service.get_writable_job(session, job_id=job_id, principal=principal)
-        session.commit()
+
+    def authorise() -> None:  # before reading a possibly large body; off the event loop, as all database work
+        with session_scope(factory) as session:
+            job_service.get_writable_job(session, job_id=job_id, principal=principal)
+
+    await run_in_threadpool(authorise)
     blob_dir = settings.blob_dir
     fd, tmp = trace_service.new_temp_file(blob_dir)
     try:

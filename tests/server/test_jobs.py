@@ -88,3 +88,71 @@ def test_timeseries_is_downsampled_with_extremes_kept(api, make_token):
         assert s["raw_points"] == 2000 and len(s["ts"]) <= 100
         assert max(s["values"]) == s["max"] and min(s["values"]) == s["min"]
     assert api.get(JOBS + "/ts-1/timeseries", params={"metric": "bogus"}, headers=auth(op)).status_code == 422
+
+
+def test_a_registration_is_committed_before_its_answer_is_sent(server_settings, pg_engine, make_token):
+    """A client that reads its 200 may act on it at once (the hooks upload a trace for the job they just
+    registered): the write must be visible to every other connection before the first byte of the answer."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import text
+
+    from server.app import create_app
+
+    seen_at_response_start: list[int] = []
+    app = create_app(server_settings)
+
+    def visible_when_answering(inner):  # type: ignore[no-untyped-def]
+        async def asgi(scope, receive, send):  # type: ignore[no-untyped-def]
+            async def watching_send(message):  # type: ignore[no-untyped-def]
+                if message["type"] == "http.response.start" and scope["path"] == "/api/v1/jobs":
+                    with pg_engine.connect() as conn:  # another connection: sees committed rows only
+                        seen_at_response_start.append(conn.execute(
+                            text("SELECT count(*) FROM jobs WHERE job_id = 'visible-1'")).scalar_one())
+                await send(message)
+
+            await inner(scope, receive, watching_send)
+        return asgi
+
+    operator = make_token("operator")
+    with TestClient(visible_when_answering(app)) as client:
+        r = client.post("/api/v1/jobs", json={"job_id": "visible-1", "team": "alpha", "state": "running"},
+                        headers=auth(operator))
+    assert r.status_code == 200, r.text
+    assert seen_at_response_start == [1]
+
+
+def test_the_same_job_created_by_two_requests_at_once_is_one_job(server_settings, pg_engine, make_token):
+    """Two sessions create one job_id concurrently (registration racing a trace upload): the second waits for
+    the first and takes its row instead of failing on the unique job_id."""
+    import threading
+
+    from server.auth.service import Principal
+    from server.db import make_engine, make_sessionmaker
+    from server.jobs import service as job_service
+    from server.jobs.schemas import JobCreate
+
+    engine = make_engine(server_settings)
+    factory = make_sessionmaker(engine)
+    operator = Principal(token_id=0, scope="operator")
+    first, second = factory(), factory()
+    try:
+        job_a, _ = job_service.upsert_job(first, JobCreate(job_id="raced", team="alpha"), principal=operator)
+        done: list[object] = []
+        t = threading.Thread(target=lambda: done.append(
+            job_service.get_writable_job(second, job_id="raced", principal=operator)))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive()  # waiting on the first's uncommitted row, not failing
+        first.commit()
+        t.join(10)
+        assert not t.is_alive() and len(done) == 1
+        assert done[0].id == job_a.id and done[0].team == "alpha"
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+        engine.dispose()
+    with pg_engine.connect() as conn:
+        from sqlalchemy import text
+
+        assert conn.execute(text("SELECT count(*) FROM jobs WHERE job_id = 'raced'")).scalar_one() == 1
