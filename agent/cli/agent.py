@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from agent.spool import SpoolError
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per shipped batch; failures log on their own
     settings = load_settings(server_url=args.server, token=args.token, interval_s=args.interval,
                              spool_dir=args.spool, node_name=args.node, source=args.source)
     if not settings.server_url:

@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from fleetprof import units
 from fleetprof.errors import CliError
 
 from agent.cli.common import add_server_arguments, client_transport
@@ -78,23 +79,20 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
     return req
 
 
-def _gib(value: float | None) -> str:
-    return "unknown" if value is None else f"{value / 2**30:,.2f} GiB"
-
-
 def format_table(est: dict[str, Any]) -> str:
     lines = [f"{est['model_name']}: {est['parameter_count']:,} parameters, batch {est['batch_size']}, "
              f"{est['precision']}, {est['optimizer']}",
-             f"  peak allocated {_gib(est['peak_allocated_bytes'])}, peak reserved {_gib(est['peak_reserved_bytes'])} "
+             f"  peak allocated {units.gib(est['peak_allocated_bytes'])}, peak reserved {units.gib(est['peak_reserved_bytes'])} "
              f"(simulated CUDA caching allocator)", "",
              f"  {'GPU':<12}{'fits':<6}{'device total':>14}{'headroom':>14}{'max batch':>11}{'step time':>12}"
              f"{'energy/step':>13}"]
     for g in est.get("gpus", []):
         r = g["roofline"]
         mb = g["max_batch_size"]
-        lines.append(f"  {g['gpu']:<12}{'yes' if g['fits'] else 'NO':<6}{_gib(g['device_total_bytes']):>14}"
-                     f"{_gib(g['headroom_bytes']):>14}{(str(mb) + ('' if g['max_batch_size_exact'] else '+')) if mb else '-':>11}"
-                     f"{r['time_per_step_s'] * 1000:>10.1f}ms{r['energy_per_step_j']:>11.1f} J")
+        max_batch = (str(mb) + ("" if g["max_batch_size_exact"] else "+")) if mb else "-"
+        lines.append(f"  {g['gpu']:<12}{'yes' if g['fits'] else 'NO':<6}{units.gib(g['device_total_bytes']):>14}"
+                     f"{units.gib(g['headroom_bytes']):>14}{max_batch:>11}"
+                     f"{units.seconds(r['time_per_step_s']):>12}{units.energy(r['energy_per_step_j']):>13}")
     for a in est.get("assumptions", [])[:8]:
         lines.append(f"  note: {a}")
     return "\n".join(lines) + "\n"

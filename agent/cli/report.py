@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from fleetprof import units
 from fleetprof.errors import CliError
 
 from agent.cli.common import add_server_arguments, client_transport
@@ -21,51 +22,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
 
 
-def _human(key: str, value: Any) -> str:
-    if value is None:
-        return "unknown"
-    if key.endswith("_bytes") and isinstance(value, (int, float)):
-        return f"{value / 2**30:,.2f} GiB"
-    if key.endswith("_j") and isinstance(value, (int, float)):
-        return f"{value:,.1f} J ({value / 3.6e6:.4f} kWh)"
-    if key.endswith("_s") and isinstance(value, (int, float)):
-        return f"{value:,.3f} s"
-    if key.endswith("_pct") and isinstance(value, (int, float)):
-        return f"{value:.1f} %"
-    if key.endswith("_w") and isinstance(value, (int, float)):
-        return f"{value:,.1f} W"
-    if key.endswith("_fraction") and isinstance(value, (int, float)):
-        return f"{value:.3f}"
-    if isinstance(value, float):
-        return f"{value:,.4g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)
+SECTIONS = ("memory", "time", "utilization", "energy", "optimization")
+MAX_ROWS = 12  # rows of a record list shown in the table (all are in --format json)
+
+
+def _is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _is_flat(value: dict[str, Any]) -> bool:
+    return not any(isinstance(v, dict) or _is_records(v) for v in value.values())
+
+
+def _cell(key: str, value: Any, parent_suffix: str | None, *, in_record: bool = False) -> str:
+    numbers = isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
+    if isinstance(value, list) and (len(value) > 8 or (in_record and numbers and value)):
+        return f"{len(value):,} points"  # a series: the table says how long, json/html show it
+    return units.by_key(key, value, parent_suffix=parent_suffix)
+
+
+def _records(rows: list[dict[str, Any]], indent: str, parent_suffix: str | None) -> list[str]:
+    """A list of records (layers, per-rank figures, swapped tensors) as an aligned sub-table."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    cells = [[_cell(c, row.get(c), parent_suffix, in_record=True) for c in columns] for row in rows[:MAX_ROWS]]
+    header = columns
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += [indent + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    if len(rows) > MAX_ROWS:
+        lines.append(f"{indent}(+{len(rows) - MAX_ROWS} more rows: --format json)")
+    return lines
+
+
+def _section(data: dict[str, Any], sources: dict[str, str], prefix: str, indent: str = "  ",
+             parent_suffix: str | None = None) -> list[str]:
+    lines = []
+    for key, value in data.items():
+        src = units.source(sources.get(f"{prefix}.{key}"))
+        suffix = units.unit_suffix(key) or parent_suffix
+        if _is_records(value):
+            lines.append(f"{indent}{key} ({len(value)} rows)")
+            lines += _records(value, indent + "  ", suffix)
+        elif isinstance(value, dict) and value and not _is_flat(value):
+            lines.append(f"{indent}{key}")
+            lines += _section(value, sources, f"{prefix}.{key}", indent + "  ", suffix)
+        else:
+            lines.append(f"{indent}{key:<30} {_cell(key, value, parent_suffix)}" + (f"   [{src}]" if src else ""))
+    return lines
 
 
 def format_table(report: dict[str, Any]) -> str:
+    """The report for a terminal: every figure with its unit and, in brackets, where it came from."""
     sources = report.get("sources") or {}
     lines = [f"job {report.get('job_id')}  state={report.get('state')}  "
-             f"duration={_human('duration_s', report.get('duration_s'))}"]
-    for section in ("memory", "time", "utilization", "energy"):
+             f"duration={units.seconds(report.get('duration_s'))}  "
+             f"analyzed={units.timestamp(report.get('analyzed_at'))}"]
+    for section in SECTIONS:
         data = report.get(section)
-        if not isinstance(data, dict):
-            continue
-        lines.append(f"\n[{section}]")
-        for key, value in data.items():
-            src = sources.get(f"{section}.{key}")
-            lines.append(f"  {key:<28} {_human(key, value)}" + (f"   ({src})" if src else ""))
+        if isinstance(data, dict) and data:
+            lines.append(f"\n[{section}]")
+            lines += _section(data, sources, section)
     gpus = report.get("gpus") or []
     if gpus:
         lines.append("\n[gpus]")
-        for g in gpus:
-            lines.append(f"  {g.get('uuid')}  {g.get('name')}  peak {_human('x_bytes', g.get('peak_used_bytes'))}"
-                         f" of {_human('x_bytes', g.get('memory_total_bytes'))}  energy {_human('x_j', g.get('energy_j'))}")
+        lines += _records(gpus, "  ", None)
     recs = report.get("recommendations") or []
     if recs:
         lines.append("\n[recommendations]")
         for r in recs:
-            lines.append(f"  - {r.get('summary')}\n      why: {r.get('reason')}\n      saving: {r.get('saving')}")
+            saving = r.get("saving")
+            lines.append(f"  - {r.get('summary')}  ({r.get('kind')})\n      why: {r.get('reason')}")
+            if isinstance(saving, dict) and saving:
+                lines.append(f"      saving: {units.by_key('saving', saving)}")
     return "\n".join(lines) + "\n"
 
 

@@ -110,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
     from server.migrate import upgrade
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # What a newcomer should read is the banner below, not each migration's docstring or a line per request
+    # the local agent and dashboard make every few seconds.
+    for noisy in ("alembic", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
     upgrade(settings)
     operator_token = create_token_now("operator", description="fleetprof up")

@@ -6,11 +6,12 @@ Every user-supplied string is escaped; plotly.js is inlined once so the page wor
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.io import to_html
+
+from fleetprof import units
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:1200px}
@@ -19,27 +20,42 @@ th{background:#f4f4f4}.src{color:#777;font-size:.85em}h1 small{color:#777;font-w
 """
 
 
-def _fmt(value: Any, key: str) -> str:
-    if value is None:
-        return "unknown"
-    if isinstance(value, float):
-        if key.endswith("_bytes"):
-            return f"{value / 2**30:.3f} GiB"
-        return f"{value:,.4g}"
-    if isinstance(value, int) and key.endswith("_bytes"):
-        return f"{value / 2**30:.3f} GiB ({value:,} B)"
-    return str(value)
+MAX_ROWS = 50  # rows of a record list (layers, swapped tensors) shown; the JSON report has them all
+
+
+def _records(rows: list[dict[str, Any]], parent_suffix: str | None) -> str:
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c, row.get(c), parent_suffix, in_record=True))}</td>"
+                                    for c in columns) + "</tr>" for row in rows[:MAX_ROWS])
+    more = f"<p class=src>+{len(rows) - MAX_ROWS} more rows in the JSON report</p>" if len(rows) > MAX_ROWS else ""
+    return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def _cell(key: str, value: Any, parent_suffix: str | None, *, in_record: bool = False) -> str:
+    numbers = isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
+    if isinstance(value, list) and (len(value) > 8 or (in_record and numbers and value)):
+        return f"{len(value):,} points"  # a series: plotted below, listed in the JSON report
+    return units.by_key(key, value, parent_suffix=parent_suffix)
+
+
+def _rows(section: dict[str, Any], sources: dict[str, str], prefix: str, parent_suffix: str | None = None) -> str:
+    rows = []
+    for key, value in section.items():
+        suffix = units.unit_suffix(key) or parent_suffix
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            cell = _records(value, suffix)
+        elif isinstance(value, dict) and any(isinstance(v, (dict, list)) and v for v in value.values()):
+            cell = f"<table>{_rows(value, sources, f'{prefix}.{key}', suffix)}</table>"
+        else:
+            cell = html.escape(_cell(key, value, parent_suffix))
+        src = units.source(sources.get(f"{prefix}.{key}")) or ""
+        rows.append(f"<tr><th>{html.escape(key)}</th><td>{cell}</td><td class=src>{html.escape(src)}</td></tr>")
+    return "".join(rows)
 
 
 def _table(title: str, section: dict[str, Any], sources: dict[str, str], prefix: str) -> str:
-    rows = []
-    for key, value in section.items():
-        if isinstance(value, (dict, list)):
-            value = json.dumps(value)
-        src = sources.get(f"{prefix}.{key}") or ""
-        rows.append(f"<tr><th>{html.escape(key)}</th><td>{html.escape(_fmt(value, key))}</td>"
-                    f"<td class=src>{html.escape(src)}</td></tr>")
-    return f"<h2>{html.escape(title)}</h2><table>{''.join(rows)}</table>"
+    return f"<h2>{html.escape(title)}</h2><table>{_rows(section, sources, prefix)}</table>"
 
 
 def _figure(title: str, unit: str, series: list[Any]) -> str:
@@ -55,21 +71,19 @@ def render_report_html(report: dict[str, Any], series: dict[str, list[Any]]) -> 
     sources = report.get("sources") or {}
     parts = [f"<h1>fleetprof report <small>{html.escape(str(report.get('job_id')))}</small></h1>",
              f"<p>State: <b>{html.escape(str(report.get('state')))}</b> · duration "
-             f"{html.escape(_fmt(report.get('duration_s'), 'duration_s'))} s · analyzed at "
-             f"{html.escape(str(report.get('analyzed_at')))}</p>"]
-    for key in ("memory", "time", "utilization", "energy"):
-        if isinstance(report.get(key), dict):
+             f"{html.escape(units.seconds(report.get('duration_s')))} · analyzed at "
+             f"{html.escape(units.timestamp(report.get('analyzed_at')))}</p>"]
+    for key in ("memory", "time", "utilization", "energy", "optimization"):
+        if isinstance(report.get(key), dict) and report[key]:
             parts.append(_table(key.capitalize(), report[key], sources, key))
     gpus = report.get("gpus") or []
     if gpus:
-        head = "".join(f"<th>{html.escape(k)}</th>" for k in gpus[0])
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v, k))}</td>" for k, v in g.items()) + "</tr>"
-                       for g in gpus)
-        parts.append(f"<h2>GPUs</h2><table><tr>{head}</tr>{body}</table>")
+        parts.append(f"<h2>GPUs</h2>{_records(gpus, None)}")
     recs = report.get("recommendations") or []
     if recs:
         items = "".join(f"<li><b>{html.escape(str(r.get('summary')))}</b> — {html.escape(str(r.get('reason')))}"
-                        f" <i>({html.escape(str(r.get('saving')))})</i></li>" for r in recs)
+                        f" <i>(saving: {html.escape(units.by_key('saving', r.get('saving')))})</i></li>"
+                        for r in recs)
         parts.append(f"<h2>Recommendations</h2><ul>{items}</ul>")
     first = True
     for metric, title, unit in (("memory_used_bytes", "Device memory used (NVML)", "bytes"),

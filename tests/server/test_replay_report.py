@@ -94,7 +94,7 @@ def test_plain_csv_log_and_table_and_html_formats(client_env, tmp_path):
     expected = _expected(log)
     assert _fleetprof(["replay", str(log), "--job-id", "plain-1", "--node", "n9"], client_env).returncode == 0
     table = _fleetprof(["report", "plain-1"], client_env)
-    assert table.returncode == 0 and "peak_used_bytes" in table.stdout and "(nvml)" in table.stdout
+    assert table.returncode == 0 and "peak_used_bytes" in table.stdout and "[NVML]" in table.stdout
     assert f"{expected['peak_used_bytes'] / 2**30:,.2f} GiB" in table.stdout
     html_path = tmp_path / "report.html"
     r = _fleetprof(["report", "plain-1", "--format", "html", "-o", str(html_path)], client_env)

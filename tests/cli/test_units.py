@@ -1,0 +1,55 @@
+"""fleetprof.units: every figure with the unit its key names; unknown is 'unknown', never 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetprof import units
+
+
+@pytest.mark.parametrize(("key", "value", "text"), [
+    ("peak_used_bytes", 31.6 * 2**30, "31.60 GiB"),
+    ("activation_bytes", 3_538_944, "3.38 MiB"),
+    ("alignment_bytes", 512, "512 B"),
+    ("samples_per_s", 1106.149, "1,106 /s"),  # a rate, not a duration
+    ("pcie_bandwidth_bytes_per_s", 12e9, "11.18 GiB/s"),
+    ("duration_s", 23.654, "23.65 s"),
+    ("hook_period_s", 0.0191, "19.1 ms"),
+    ("span_us", 1_396_669.0, "1.40 s"),
+    ("energy_j", 8339.3, "8.3 kJ"),
+    ("energy_j", 64.79 * 3.6e6, "64.79 kWh"),
+    ("mean_power_w", 352.6, "352.6 W"),
+    ("gpu_mean_pct", 50.0, "50.0 %"),
+    ("gpu_busy_fraction", 0.804, "80.4 %"),
+    ("co2e_g", 1.112, "1.1 g CO2e"),
+    ("cost_usd", 0.0003336, "$0.0003"),
+    ("grid_intensity_g_per_kwh", 400, "400 g CO2e/kWh"),
+    ("price_per_kwh_usd", 0.12, "$0.12/kWh"),
+    ("sm_clock_mhz", 1980.0, "1,980 MHz"),
+    ("steps", 14400, "14,400"),
+    ("pue", 1.2, "1.2"),
+    ("oom_detected", False, "no"),
+    ("source", "hardware_counter", "hardware_counter"),
+])
+def test_a_value_takes_the_unit_its_key_names(key: str, value: object, text: str) -> None:
+    assert units.by_key(key, value) == text
+
+
+def test_unknown_is_never_zero() -> None:
+    for key in ("peak_used_bytes", "energy_j", "samples_per_s", "steps", "source"):
+        assert units.by_key(key, None) == "unknown"
+    assert units.by_key("energy_j", 0.0) == "0.0 J"  # a measured zero stays a zero
+
+
+def test_children_without_a_unit_take_their_parents() -> None:
+    text = units.by_key("step_time_s", {"mean": 0.0209, "p50": 0.0183, "p95": None})
+    assert text == "mean 20.9 ms, p50 18.3 ms, p95 unknown"
+    # a child with a unit of its own keeps it
+    assert units.by_key("stragglers", {"ranks": 2, "median_step_s": 0.5}) == "ranks 2, median_step_s 500.0 ms"
+
+
+def test_sources_in_words() -> None:
+    assert units.source("nvml:gpu_util_pct") == "NVML (gpu_util_pct)"
+    assert units.source("hardware_counter") == "NVML energy counter"
+    assert units.source("something new") == "something new"
+    assert units.source(None) is None
