@@ -17,6 +17,7 @@ from fleetprof.units import (  # noqa: F401 - re-exported: the dashboard's pages
     hours,
     pct,
     seconds,
+    size,
     source,
     timestamp,
     usd,
