@@ -1,7 +1,7 @@
 """The characterization and fleet figures with the database in the loop (Postgres on this machine).
 
-1. A 24 h, 8-GPU job at 1 Hz (691,200 samples, the synthetic load of bench/characterize.py) is written through
-   the real bulk-insert path, then characterized the way a worker does it (load from Postgres, analyze, store
+1. A 24 h, 8-GPU job at 1 Hz (691,200 samples, the synthetic load of bench/characterize.py, and as many process
+   rows: each GPU's rank process, as the agent lists it) is written through the real bulk-insert path, then characterized the way a worker does it (load from Postgres, analyze, store
    the report): target <= 10 s.
 2. 10,000 GPUs x 24 h of hourly rollups (240,000 rows), the last 5 minutes of samples of every GPU (one per
    10 s: what "idle now" reads), and --fleet-jobs jobs active in the window, each with a stored report (the real
@@ -34,7 +34,7 @@ from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E40
 from server.ingest.bulk import insert_ignore  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
 from server.analysis.characterize import ANALYZER_VERSION  # noqa: E402
-from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node, Report  # noqa: E402
+from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node, ProcessSample, Report  # noqa: E402
 from server.models.base import from_epoch  # noqa: E402
 
 COLUMNS = ("memory_used_bytes", "gpu_util_pct", "power_w", "energy_counter_j")
@@ -64,6 +64,14 @@ def load_job(factory, job) -> tuple[int, float]:  # type: ignore[no-untyped-def]
                     v = g.columns[c][a:a + step]
                     cols.append([None if np.isnan(x) else (int(x) if c.endswith("_bytes") else float(x)) for x in v])
                 insert_ignore(session, GpuSample.__table__, names, cols)
+                # The rank's process, as the agent lists it at every full reading (NVML per-process memory:
+                # the device's used memory less the CUDA context's share it does not attribute to processes).
+                used = g.columns["memory_used_bytes"][a:a + step]
+                insert_ignore(session, ProcessSample.__table__,
+                              ["gpu_id", "ts", "pid", "used_memory_bytes", "job_id", "attribution"],
+                              [cols[0], cols[1], [4100 + i] * len(cols[0]),
+                               [None if np.isnan(x) else int(x) - 512 * 2**20 for x in used],
+                               ["bench-24h"] * len(cols[0]), ["env:FLEETPROF_JOB_ID"] * len(cols[0])])
         job_pk = row.id
     return job_pk, time.perf_counter() - start
 
@@ -171,7 +179,7 @@ def main() -> int:
             running.append(time.perf_counter() - start)
         engine.dispose()
         print(f"{'job samples (24 h x GPUs x 1 Hz)':<44}{samples:,}")
-        print(f"{'write through bulk insert':<44}{load_s:.1f} s")
+        print(f"{'write through bulk insert (+ process rows)':<44}{load_s:.1f} s")
         print(f"{'characterize (load + analyze + store) best':<44}{min(times):.2f} s   (target <= 10 s)")
         print(f"{'characterize median':<44}{statistics.median(times):.2f} s")
         print(f"{'running: first run / next runs (median)':<44}{running[0]:.2f} s / {statistics.median(running[1:]):.2f} s"

@@ -19,19 +19,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import psutil
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
 
-ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 GPUS, STEPS = 8, 10
 
 
@@ -159,13 +159,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
 
-    db = f"fleetprof_bench_{os.getpid()}"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + f"/{db}"
-    server = None
-    try:
+    with scratch_database("fleetprof_bench") as url, ExitStack() as stack:
+        db = url.rsplit("/", 1)[1]
         settings = ServerSettings(database_url=url)
         upgrade(settings)
         from server.auth.service import create_token
@@ -178,15 +173,7 @@ def main() -> int:
         t0 = time.time() - 7 * 86400
         bodies = {n: [make_body(n, s, t0) for s in range(args.batches)] for n in nodes}
         env = {**os.environ, "FLEETPROF_DATABASE_URL": url, "FLEETPROF_DATA_DIR": tempfile.mkdtemp()}
-        server = subprocess.Popen([sys.executable, "-m", "fleetprof.cli", "server", "--port", str(args.port),
-                                   "--log-level", "warning"], env=env, cwd=ROOT)
-        base = f"http://127.0.0.1:{args.port}"
-        for _ in range(100):
-            try:
-                if httpx.get(base + "/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        _, server = stack.enter_context(fleetprof_server(env, args.port, ROOT))
         cpu0 = os.times()
         collector = psutil.Process(server.pid)
         profile = os.environ.get("FLEETPROF_BENCH_PYSPY")  # profile the collector with py-spy into that file:
@@ -226,14 +213,6 @@ def main() -> int:
         ok = result["acked"] == sent == stored == distinct
         print(f"{'exactly-once check':<34}{'OK' if ok else 'FAILED'}")
         return 0 if ok else 1
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(10)
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-        admin.dispose()
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,15 +17,15 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import numpy as np
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,13 +33,13 @@ sys.path.insert(0, str(ROOT))
 from bench.characterize import synthetic_job  # noqa: E402
 from server.analysis.characterize import ANALYZER_VERSION, characterize  # noqa: E402
 from server.auth.service import create_token  # noqa: E402
+from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
 from server.models import Gpu, Job, JobGpu, Node, Report  # noqa: E402
 from server.models.base import from_epoch  # noqa: E402
 
-ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 GIB = 2**30
 NAME, TEAM = "llama-finetune", "nlp"
 BATCHES = (16, 32, 48, 64)
@@ -120,13 +120,7 @@ def main() -> int:
     parser.add_argument("--other-jobs", type=int, default=20_000, help="runs of other names in the same team")
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     args = parser.parse_args()
-    db = f"fleetprof_bench_rs_{os.getpid()}"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + f"/{db}"
-    server = None
-    try:
+    with scratch_database("fleetprof_bench_rs") as url, ExitStack() as stack:
         settings = ServerSettings(database_url=url)
         upgrade(settings)
         engine = make_engine(settings)
@@ -146,17 +140,7 @@ def main() -> int:
         env.update(FLEETPROF_DATABASE_URL=url, FLEETPROF_DATA_DIR=str(workdir), FLEETPROF_ENVIRONMENT="production",
                    FLEETPROF_RATE_LIMIT_BURST=str(10 * (args.requests + args.warmup)))
         port = args.port or free_port()
-        server = subprocess.Popen([sys.executable, "-m", "fleetprof.cli", "server", "--port", str(port),
-                                   "--log-level", "warning"], env=env, cwd=ROOT)
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(base + "/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not start")
+        base, _ = stack.enter_context(fleetprof_server(env, port, ROOT))
 
         current = reports[-1]["job_id"]
         path = f"/api/v1/jobs/{current}/rightsizing"
@@ -192,17 +176,6 @@ def main() -> int:
             print(f"{k:<{width}}  {v}")
         print(f"{'verdict':<{width}}  {'target met' if p99 <= 20.0 else 'TARGET MISSED'}")
         return 0
-    finally:
-        if server is not None:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-        admin.dispose()
-
 
 if __name__ == "__main__":
     sys.exit(main())

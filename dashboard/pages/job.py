@@ -287,6 +287,30 @@ def gpus_section(report: dict[str, Any]) -> html.Section:
                                          "mean power", "energy (source)", "samples"], rows, id="job-gpus"))
 
 
+def processes_section(report: dict[str, Any]) -> html.Section:
+    from dashboard import format as fmt
+    from dashboard.components import section, table
+
+    mem = report.get("memory") or {}
+    job_id = report.get("job_id")
+
+    def whose(p: dict[str, Any]) -> str:
+        if p.get("job_id") is None:
+            return "unattributed"
+        return "this job" if p["job_id"] == job_id else f"job {p['job_id']}"
+
+    rows = [[fmt.count(p.get("pid")), fmt.text(p.get("gpu_uuid")), whose(p), fmt.text(p.get("attribution")),
+             fmt.gib(p.get("peak_used_bytes")), fmt.timestamp(p.get("first_seen")), fmt.timestamp(p.get("last_seen"))]
+            for p in mem.get("processes") or []]
+    summary = (f"largest process of this job {fmt.gib(mem.get('process_peak_bytes'))}; other processes on its GPUs: "
+               f"{fmt.count(mem.get('other_processes'))}, up to {fmt.gib(mem.get('other_processes_peak_bytes'))} "
+               f"on one GPU (sum of their peaks)")
+    return section("Processes on the job's GPUs (NVML per-process memory)",
+                   html.P(summary, className="muted"),
+                   table(["pid", "GPU", "whose", "attributed by", "peak used", "first seen", "last seen"], rows,
+                         id="job-processes", empty="no per-process rows: the agent did not list the GPUs' processes"))
+
+
 def sources_section(report: dict[str, Any]) -> html.Section:
     from dashboard import format as fmt
     from dashboard.components import section, table
@@ -346,7 +370,7 @@ def register_callbacks(app: dash.Dash) -> None:
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    optimization_section(report), layers_section(report), gpus_section(report),
-                   sources_section(report)]
+                   processes_section(report), sources_section(report)]
         title = [job_id, html.Span(f" · {text(job.get('name'))}", className="muted")] if job.get("name") else job_id
         layers = figures.layer_time_bars((report.get("time") or {}).get("layers") or [])
         return summary_section(job, report), [d for d in details if d is not None], title, layers

@@ -19,7 +19,7 @@ from server.analysis.jobdata import GpuSeries, JobData, jsonable
 log = logging.getLogger(__name__)
 
 # Bump whenever a figure's definition changes: cached reports of older versions are recomputed.
-ANALYZER_VERSION = 1
+ANALYZER_VERSION = 2
 
 
 def job_duration_s(job: JobData, *, now: float) -> float | None:
@@ -76,12 +76,15 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
         "oom_detected": oom.detected,
         "oom_suspected": oom.suspected,
         "oom_evidence": oom.evidence,
+        **memory.process_memory(job.processes, job.job_id),
         "timeline": memory.memory_timeline(job.gpus),
     }
     sources["memory.peak_used_bytes"] = top.source if top else None
     sources["memory.peak_allocated_bytes"] = fw["source"] if fw["peak_allocated_bytes"] is not None else None
     sources["memory.peak_reserved_bytes"] = fw["source"] if fw["peak_reserved_bytes"] is not None else None
     sources["memory.fragmentation_bytes"] = "framework:reserved-allocated" if fw["fragmentation_bytes"] is not None else None
+    sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem["process_peak_bytes"] is not None
+                                            else None)
 
     # ---- energy, per GPU then summed
     genergy = [energy_mod.gpu_energy(g) for g in job.gpus]

@@ -68,6 +68,20 @@ class LayerStat:
     calls: int
 
 
+@dataclass(frozen=True)
+class ProcessPeak:
+    """One process on one of the job's GPUs over the job's window, from NVML's per-process used memory (the
+    agent lists each GPU's compute processes at every full reading): an aggregate, not a series."""
+
+    gpu_uuid: str
+    pid: int
+    job_id: str | None  # the job the agent attributed the process to; None: unattributed
+    attribution: str | None  # how: env, slurm, k8s, ...
+    peak_used_bytes: int | None  # None: the driver did not say (e.g. no permission for other users' processes)
+    first_ts: float
+    last_ts: float
+
+
 @dataclass
 class EnergySettings:
     grid_intensity_g_per_kwh: float = 400.0
@@ -92,6 +106,7 @@ class JobData:
     layers: list[LayerStat]
     oom_events: int = 0
     trace_summaries: list[dict[str, Any]] = field(default_factory=list)  # Kineto imports, passed through
+    processes: list[ProcessPeak] = field(default_factory=list)  # every process seen on the job's GPUs
     energy_settings: EnergySettings = field(default_factory=EnergySettings)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, StepSeries, nanmax_or_none
+from server.analysis.jobdata import GpuSeries, ProcessPeak, StepSeries, nanmax_or_none
 
 # NVML "used" at or above this share of capacity counts as pinned at capacity: the allocator has run out
 # of room to grow, which is how an OOM looks from the outside when the framework reports nothing.
@@ -159,6 +159,37 @@ def memory_timeline(gpus: list[GpuSeries], n_points: int = 200) -> list[dict[str
         t_d, v_d = downsample(g.ts, used_peak_series(g), n_points)
         out.append({"uuid": g.uuid, "ts": t_d.tolist(), "used_bytes": v_d.tolist()})
     return out
+
+
+MAX_PROCESS_ROWS = 64  # the report lists this many processes, largest first; the figures count them all
+
+
+def process_memory(processes: list[ProcessPeak], job_id: str) -> dict[str, Any]:
+    """Per-process device memory (NVML) on the job's GPUs: the job's own processes (one per rank, usually) and
+    the others that shared its GPUs while it ran (other jobs', or unattributed), whose memory it could not use.
+
+    `process_peak_bytes` is the largest peak of one of the job's processes; `other_processes_peak_bytes` the
+    largest, over the job's GPUs, of the summed peaks of other processes on one GPU (an upper bound: they may
+    not have peaked together)."""
+    own = [p for p in processes if p.job_id == job_id]
+    others = [p for p in processes if p.job_id != job_id]
+    own_peaks = [p.peak_used_bytes for p in own if p.peak_used_bytes is not None]
+    per_gpu: dict[str, int] = {}
+    for p in others:
+        if p.peak_used_bytes is not None:
+            per_gpu[p.gpu_uuid] = per_gpu.get(p.gpu_uuid, 0) + p.peak_used_bytes
+    rows = sorted(processes, key=lambda p: (p.job_id != job_id, -(p.peak_used_bytes or 0), p.gpu_uuid, p.pid))
+    return {
+        "process_peak_bytes": max(own_peaks) if own_peaks else None,
+        "job_processes": len({(p.gpu_uuid, p.pid) for p in own}) if processes else None,
+        "other_processes": len({(p.gpu_uuid, p.pid) for p in others}) if processes else None,
+        "other_processes_peak_bytes": max(per_gpu.values()) if per_gpu else (0 if processes else None),
+        # job_id: the job the agent attributed the process to (this one, another, or null: nobody could tell,
+        # e.g. pids of another container's namespace).
+        "processes": [{"pid": p.pid, "gpu_uuid": p.gpu_uuid, "peak_used_bytes": p.peak_used_bytes,
+                       "job_id": p.job_id, "attribution": p.attribution, "first_seen": p.first_ts,
+                       "last_seen": p.last_ts} for p in rows[:MAX_PROCESS_ROWS]],
+    }
 
 
 def _opt_int(v: float | None) -> int | None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import Float, Integer, String, func, literal, null, select, union_all
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
@@ -26,6 +26,7 @@ from server.fleet import service as fleet_service
 from server.fleet.router import parse_window
 from server.models import Gpu, GpuHourly, Node
 from server.models.base import from_epoch
+from server.responses import json_response
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
 
@@ -34,7 +35,7 @@ MAX_HEATMAP_ROWS = 5000
 
 @router.get("/timeline", summary="Per-GPU utilization by hour (heatmap) and fleet energy by hour")
 def fleet_timeline(_: OperatorAuth, session: SessionDep,
-                   window: str = Query("24h", description="e.g. 6h, 24h, 7d")) -> dict[str, Any]:
+                   window: str = Query("24h", description="e.g. 6h, 24h, 7d")) -> Response:
     now = time.time()
     start = now - parse_window(window)
     start -= start % 3600  # the hour the window starts in is drawn whole
@@ -60,7 +61,7 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
         if r.gpu_ids:
             util[row_of[np.array(r.gpu_ids)], c] = np.array(r.util_pct, dtype=np.float64)
     by_source_j = {k: _nullable(v) for k, v in by_source.items()}
-    return {
+    return json_response({
         "window_s": parse_window(window), "generated_at": now, "hours": hours.tolist(),
         "gpus": [{"node": g.node, "index": g.index, "uuid": g.uuid} for g in gpus],
         "gpu_util_mean_pct": _nullable(util), "truncated": truncated,
@@ -71,7 +72,7 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
         "sources": {"gpu_util_mean_pct": "gpu_hourly rollups: hourly mean of NVML gpu_util_pct",
                     "energy_j": "gpu_hourly rollups: NVML total-energy counter deltas where the GPU has the counter, "
                                 "else integrated power; energy_source (per hour) and energy_by_source_j say which"},
-    }
+    })
 
 
 class _GpuRow(NamedTuple):

@@ -22,13 +22,14 @@ from agent.protocol import SAMPLE_FIELDS
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet import job_fleet_row
 from server.analysis.trace_sections import merge_trace_sections
-from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, StepSeries
+from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, ProcessPeak, StepSeries
 from server.config import ServerSettings
 from server.db import dialect_insert, epoch_column, float_rows, read_in_parallel, session_scope
 from server.jobs import plot_views
 from server.jobs.plot_series import step_memory_source
 from server.lru import LruCache
-from server.models import TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, Report, Trace
+from server.models import (TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, ProcessSample,
+                           Report, Trace)
 from server.models.base import epoch_us, from_epoch, to_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,20 @@ def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
     data = float_rows(session, stmt, len(columns) + 1)
     return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
                      columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source)
+
+
+def load_process_peaks(session: Session, gpu: Gpu, start: datetime, end: datetime) -> list[ProcessPeak]:
+    """Every process seen on `gpu` in [start, end]: its peak used memory and when it was first and last seen,
+    aggregated in SQL (a process row per GPU per second at 1 Hz: 86,400 a day per GPU and process)."""
+    t = ProcessSample.__table__
+    ts = epoch_column(session, t.c.ts)
+    rows = session.execute(
+        select(t.c.pid, t.c.job_id, func.max(t.c.attribution), func.max(t.c.used_memory_bytes), func.min(ts),
+               func.max(ts))
+        .where(t.c.gpu_id == gpu.id, t.c.ts >= start, t.c.ts <= end).group_by(t.c.pid, t.c.job_id)).all()
+    return [ProcessPeak(gpu_uuid=gpu.uuid, pid=pid, job_id=job_id, attribution=how,
+                        peak_used_bytes=None if peak is None else int(peak), first_ts=float(lo), last_ts=float(hi))
+            for pid, job_id, how, peak, lo, hi in rows]
 
 
 _STEP_ARRAYS = ("rank", "step", "ts", "wall_s", "device_s", "samples", "allocated_peak_bytes", "reserved_peak_bytes")
@@ -116,24 +131,38 @@ def _running_key(session: Session, job: Job, *what: Any) -> tuple[Any, ...]:
 
 
 def _since_last_read(key: tuple[Any, ...], until: float, read: Callable[[datetime | None], Any],
-                     join: Callable[[Any, np.ndarray, Any], Any], *, floor_s: float = 0.0) -> Any:
+                     join: Callable[[Any, int, Any], Any], *, floor_s: float = 0.0) -> Any:
     """`read(None)` reads everything up to `until`, `read(cut)` the rows at or after `cut`; with this process's
-    earlier read of `key`, only the latter, joined to the earlier rows before the cut (`join(old, keep, new)`).
+    earlier read of `key`, only the latter, joined to the earlier rows before the cut (`join(old, cut_us, new)`).
     The cut is in whole microseconds, as the database stores times, so no row is counted twice."""
     hit = RUNNING_SERIES.get(key)
     if hit is None or hit.value is None or hit.until > until:
         value = read(None)
     else:
         cut_us = epoch_us(max(hit.until - SERIES_OVERLAP_S, floor_s))
-        value = join(hit.value, np.rint(hit.value.ts * 1e6) < cut_us, read(from_epoch(cut_us / 1e6)))
-    arrays = [] if value is None else [v for v in vars(value).values() if isinstance(v, np.ndarray)]
-    columns = getattr(value, "columns", {}).values()
-    RUNNING_SERIES.put(key, _Read(value, until, sum(a.nbytes for a in (*arrays, *columns))))
+        value = join(hit.value, cut_us, read(from_epoch(cut_us / 1e6)))
+    RUNNING_SERIES.put(key, _Read(value, until, _weight(value)))
     return value
 
 
+def _weight(value: Any) -> int:
+    """Bytes a cached read holds: its arrays (series), or a row estimate (aggregates)."""
+    if value is None:
+        return 0
+    if isinstance(value, list):
+        return 256 * len(value)
+    arrays = [v for v in vars(value).values() if isinstance(v, np.ndarray)]
+    return sum(a.nbytes for a in (*arrays, *getattr(value, "columns", {}).values()))
+
+
+def _before(ts: np.ndarray, cut_us: int) -> np.ndarray:
+    """The rows of an earlier read that the new read (from `cut_us` on) does not read again."""
+    return np.rint(ts * 1e6) < cut_us
+
+
 def _gpu_series_running(session: Session, job: Job, gpu: Gpu, start: datetime, end: datetime) -> GpuSeries:
-    def join(old: GpuSeries, keep: np.ndarray, new: GpuSeries) -> GpuSeries:
+    def join(old: GpuSeries, cut_us: int, new: GpuSeries) -> GpuSeries:
+        keep = _before(old.ts, cut_us)
         return dataclasses.replace(new, ts=np.concatenate([old.ts[keep], new.ts]), columns={
             c: np.concatenate([old.columns[c][keep], new.columns[c]]) for c in new.columns})
 
@@ -143,7 +172,8 @@ def _gpu_series_running(session: Session, job: Job, gpu: Gpu, start: datetime, e
 
 
 def _steps_running(session: Session, job: Job, now: float) -> StepSeries | None:
-    def join(old: StepSeries, keep: np.ndarray, new: StepSeries | None) -> StepSeries:
+    def join(old: StepSeries, cut_us: int, new: StepSeries | None) -> StepSeries:
+        keep = _before(old.ts, cut_us)
         arrays = {c: np.concatenate([getattr(old, c)[keep]] + ([getattr(new, c)] if new is not None else []))
                   for c in _STEP_ARRAYS}
         order = np.lexsort((arrays["step"], arrays["rank"]))
@@ -152,6 +182,24 @@ def _steps_running(session: Session, job: Job, now: float) -> StepSeries | None:
 
     return _since_last_read(_running_key(session, job, "steps"), now,
                             lambda cut: _load_steps(session, job, since=cut), join)
+
+
+def _processes_running(session: Session, job: Job, gpu: Gpu, start: datetime, end: datetime) -> list[ProcessPeak]:
+    def join(old: list[ProcessPeak], _cut_us: int, new: list[ProcessPeak]) -> list[ProcessPeak]:
+        # Maxima and minima: rows read twice (the overlap) change nothing, so no cut is needed.
+        merged = {(p.pid, p.job_id): p for p in old}
+        for p in new:
+            o = merged.get((p.pid, p.job_id))
+            merged[(p.pid, p.job_id)] = p if o is None else dataclasses.replace(
+                p, attribution=max(o.attribution or "", p.attribution or "") or None,
+                peak_used_bytes=max((v for v in (o.peak_used_bytes, p.peak_used_bytes) if v is not None),
+                                    default=None),
+                first_ts=min(o.first_ts, p.first_ts), last_ts=max(o.last_ts, p.last_ts))
+        return list(merged.values())
+
+    return _since_last_read(_running_key(session, job, "processes", gpu.id, to_epoch(start)), to_epoch(end) or 0.0,
+                            lambda cut: load_process_peaks(session, gpu, cut or start, end), join,
+                            floor_s=to_epoch(start) or 0.0)
 
 
 def _load_layers(session: Session, job: Job) -> list[LayerRow]:
@@ -170,9 +218,12 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
     now_dt = from_epoch(now)
     assert now_dt is not None
     # The GPUs' reads overlap on connections of their own (8 GPUs x 24 h at 1 Hz, 2 cores: 1.4 s -> 0.75 s).
+    windows = job_gpu_windows(session, job, now=now_dt)
     reads = [read_in_parallel(session, _gpu_series_running, job, gpu, start, end) if incremental else
              read_in_parallel(session, load_gpu_series, gpu, start, end)
-             for gpu, start, end in job_gpu_windows(session, job, now=now_dt)]
+             for gpu, start, end in windows]
+    process_reads = [read_in_parallel(session, _processes_running, job, gpu, start, end) if incremental else
+                     read_in_parallel(session, load_process_peaks, gpu, start, end) for gpu, start, end in windows]
     gpus = [r.result() for r in reads]
     oom = session.scalar(select(func.count()).select_from(JobEvent).where(JobEvent.job_pk == job.id,
                                                                           JobEvent.kind == "oom")) or 0
@@ -182,6 +233,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, gpus=gpus,
         steps=_steps_running(session, job, now) if incremental else _load_steps(session, job),
         layers=_load_layers(session, job), oom_events=int(oom),
+        processes=[p for r in process_reads for p in r.result()],
         # Uploaded traces are merged after characterization (server.analysis.trace_sections).
         trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,

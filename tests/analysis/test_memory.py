@@ -72,3 +72,29 @@ def test_oom_from_state_events_and_pinned_memory(shared_data):
     assert failed.detected
     assert detect_oom(state="oom", exit_code=None, oom_events=0, gpus=[]).detected
     assert detect_oom(state="failed", exit_code=1, oom_events=2, gpus=[]).detected
+
+
+def test_process_memory_separates_the_jobs_processes_from_co_tenants() -> None:
+    from server.analysis.jobdata import ProcessPeak
+    from server.analysis.memory import process_memory
+
+    gib = 2**30
+    procs = [ProcessPeak("GPU-0", 100, "j", "env:FLEETPROF_JOB_ID", 30 * gib, 10.0, 50.0),
+             ProcessPeak("GPU-1", 101, "j", "env:FLEETPROF_JOB_ID", 31 * gib, 10.0, 50.0),
+             ProcessPeak("GPU-0", 200, None, None, 2 * gib, 20.0, 30.0),  # unattributed, e.g. a notebook
+             ProcessPeak("GPU-0", 201, "other", "env:SLURM_JOB_ID", 3 * gib, 25.0, 40.0),
+             ProcessPeak("GPU-1", 300, None, None, None, 12.0, 13.0)]  # the driver gave no figure
+    out = process_memory(procs, "j")
+    assert out["process_peak_bytes"] == 31 * gib
+    assert out["job_processes"] == 2 and out["other_processes"] == 3
+    assert out["other_processes_peak_bytes"] == 5 * gib  # GPU-0's co-tenants, summed; GPU-1's is unknown
+    assert [r["pid"] for r in out["processes"]] == [101, 100, 201, 200, 300]  # the job's first, largest first
+    assert [r["job_id"] for r in out["processes"]] == ["j", "j", "other", None, None]
+
+
+def test_process_memory_unknown_without_process_rows() -> None:
+    from server.analysis.memory import process_memory
+
+    out = process_memory([], "j")
+    assert out["process_peak_bytes"] is None and out["other_processes_peak_bytes"] is None
+    assert out["job_processes"] is None and out["processes"] == []

@@ -11,3 +11,18 @@ def test_a_negative_saving_reads_as_the_extra_cost_it_is() -> None:
     assert saving_line({"usd_per_gpu_hour": -0.5, "usd": None}) == "extra cost: $0.50 per gpu hour, unknown"
     assert saving_line({"energy_fraction": 0.12}).startswith("saving: ")
     assert saving_line(None) is None
+
+
+def test_processes_section_lists_the_jobs_processes_and_co_tenants() -> None:
+    from dashboard.pages.job import processes_section
+
+    report = {"job_id": "j", "memory": {"process_peak_bytes": 31 * 2**30, "other_processes": 1, "other_processes_peak_bytes": 2**30,
+                         "processes": [{"pid": 4100, "gpu_uuid": "GPU-0", "job_id": "j",
+                                        "attribution": "env:FLEETPROF_JOB_ID", "peak_used_bytes": 31 * 2**30,
+                                        "first_seen": 1.7e9, "last_seen": 1.7e9 + 60},
+                                       {"pid": 777, "gpu_uuid": "GPU-0", "job_id": None, "attribution": None,
+                                        "peak_used_bytes": 2**30, "first_seen": 1.7e9, "last_seen": 1.7e9 + 5}]}}
+    text = str(processes_section(report).to_plotly_json())
+    assert "31.00 GiB" in text and "this job" in text and "unattributed" in text and "env:FLEETPROF_JOB_ID" in text
+    empty = str(processes_section({"memory": {}}).to_plotly_json())
+    assert "no per-process rows" in empty and "unknown" in empty

@@ -167,6 +167,18 @@ def test_agent_survives_60s_collector_outage_exactly_once(restartable_server, h1
     # the figures are real, not nulls compared with nulls
     assert report_a["memory"]["peak_used_bytes"] == max(r.values["memory_used_bytes"] for r in rec.rows)
     assert report_a["energy"]["energy_j"] > 0 and report_a["utilization"]["gpu_mean_pct"] > 0
+    # Process attribution differs, and should: the agent replaying original rows attributes nothing (the
+    # recording's pids are not this host's), `fleetprof replay --job-id` gives unattributed rows to its job.
+    # The processes and their peaks are the same.
+    procs = {}
+    for report, job_id in ((report_a, None), (report_b, job_b)):
+        mem = report["memory"]
+        rows = mem.pop("processes")
+        assert rows and all(p["job_id"] == job_id for p in rows)
+        procs[job_id] = sorted((p["gpu_uuid"], p["pid"], p["peak_used_bytes"]) for p in rows)
+        for key in ("process_peak_bytes", "job_processes", "other_processes", "other_processes_peak_bytes"):
+            mem.pop(key)
+    assert procs[None] == procs[job_b]
     for section in ("memory", "energy", "utilization", "time"):
         _assert_same_figures(report_a[section], report_b[section], section)
     _assert_same_figures(report_a["gpus"], report_b["gpus"], "gpus")

@@ -4,6 +4,7 @@ MAX_HEATMAP_ROWS, unknown cells null (never 0)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -133,7 +134,8 @@ def test_embedded_mode_gives_the_same_timeline(tmp_path, monkeypatch) -> None:  
                                           covered_s=3600, busy_s=1800, util_busy_s=1500, energy_j=energy,
                                           memory_peak_bytes=4e10, util_mean_pct=util, energy_source=source))
         with session_scope(make_sessionmaker(engine)) as session:
-            t = dashboard_router.fleet_timeline(Principal(0, "operator", None, None), session, window="24h")
+            answer = dashboard_router.fleet_timeline(Principal(0, "operator", None, None), session, window="24h")
+            t = json.loads(answer.body)
     finally:
         engine.dispose()
     expected = _expected(FLEET, h, window_hours=24, max_rows=3)

@@ -22,6 +22,19 @@ def _steps(job_id: str, t0: float, first: int, last: int) -> dict:
         for rank in (0, 1) for s in range(first, last)]}
 
 
+def _with_processes(batch: dict) -> dict:
+    """The rank processes the agent lists with each sample: one per GPU, attributed to job "inc"."""
+    s = batch["samples"]
+    batch["processes"] = {"ts": s["ts"], "gpu_uuid": s["gpu_uuid"], "pid": [4100 + int(u[-1]) for u in s["gpu_uuid"]],
+                          "used_memory_bytes": [m - 256 * 2**20 for m in s["memory_used_bytes"]],
+                          "job_id": ["inc"] * len(s["ts"]), "attribution": ["env:FLEETPROF_JOB_ID"] * len(s["ts"])}
+    return batch
+
+
+def _processes(data) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return sorted((p.gpu_uuid, p.pid, p.job_id, p.peak_used_bytes, p.first_ts, p.last_ts) for p in data.processes)
+
+
 def _load(db_session, settings, *, incremental: bool, now: float):  # type: ignore[no-untyped-def]
     from server.jobs.report_service import load_job_data
     from server.models import Job
@@ -39,6 +52,7 @@ def _same(a, b) -> None:  # type: ignore[no-untyped-def]
             assert np.array_equal(ga.columns[c], gb.columns[c], equal_nan=True), c
     for c in ("rank", "step", "ts", "wall_s", "allocated_peak_bytes"):
         assert np.array_equal(getattr(a.steps, c), getattr(b.steps, c), equal_nan=True), c
+    assert _processes(a) == _processes(b) and len(a.processes) == len(b.gpus)
 
 
 @pytest.fixture
@@ -51,6 +65,7 @@ def running_job(api, make_token):  # type: ignore[no-untyped-def]
     s = first["samples"]
     keep = [i for i, ts in enumerate(s["ts"]) if not (t0 + 1680 <= ts < t0 + 1800 and int(ts - t0) % 2)]
     first["samples"] = {k: [v[i] for i in keep] for k, v in s.items()}
+    _with_processes(first)
     assert api.post("/api/v1/ingest/samples", json=first, headers=auth(agent)).status_code == 200
     assert api.post("/api/v1/jobs", headers=auth(op), json={
         "job_id": "inc", "node": "n", "gpu_uuids": ["GPU-n-0", "GPU-n-1"], "state": "running",
@@ -63,7 +78,7 @@ def running_job(api, make_token):  # type: ignore[no-untyped-def]
 def test_a_running_jobs_next_read_is_what_came_since_and_equals_reading_everything(  # type: ignore[no-untyped-def]
         api, running_job, db_session, server_settings) -> None:
     from server.analysis.characterize import characterize
-    from server.models import GpuSample, JobStep
+    from server.models import GpuSample, JobStep, ProcessSample
     from server.models.base import from_epoch
 
     t0, agent, op = running_job["t0"], running_job["agent"], running_job["op"]
@@ -71,7 +86,7 @@ def test_a_running_jobs_next_read_is_what_came_since_and_equals_reading_everythi
     _same(_load(db_session, server_settings, incremental=True, now=now),  # fills this process's reads
           _load(db_session, server_settings, incremental=False, now=now))
     # Then: the next 10 minutes, the stragglers of minutes 28-30 (within the overlap) and more steps.
-    nxt = sample_batch(node="n", agent_id="a", seq=1, n=600, gpus=2, t0=t0 + 1800)
+    nxt = _with_processes(sample_batch(node="n", agent_id="a", seq=1, n=600, gpus=2, t0=t0 + 1800))
     straggler = running_job["straggler"] | {"seq": 2}
     for batch in (nxt, straggler):
         assert api.post("/api/v1/ingest/samples", json=batch, headers=auth(agent)).status_code == 200
@@ -86,9 +101,11 @@ def test_a_running_jobs_next_read_is_what_came_since_and_equals_reading_everythi
     # Proof that the early rows now come from the process's earlier read: gone from the database, still here.
     db_session.execute(delete(GpuSample).where(GpuSample.ts < from_epoch(t0 + 600)))
     db_session.execute(delete(JobStep).where(JobStep.ts < from_epoch(t0 + 600)))
+    db_session.execute(delete(ProcessSample).where(ProcessSample.ts < from_epoch(t0 + 600)))
     db_session.commit()
     again = _load(db_session, server_settings, incremental=True, now=now)
     assert again.gpus[0].ts.size == 2400 and len(again.steps) == 2 * 1200
+    assert min(p.first_ts for p in again.processes) == pytest.approx(t0, abs=1e-3)  # the earlier read's
     assert _load(db_session, server_settings, incremental=False, now=now).gpus[0].ts.size == 1800
 
 

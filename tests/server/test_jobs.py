@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.server.helpers import auth, sample_batch
 
 JOBS = "/api/v1/jobs"
@@ -156,3 +158,38 @@ def test_the_same_job_created_by_two_requests_at_once_is_one_job(server_settings
         from sqlalchemy import text
 
         assert conn.execute(text("SELECT count(*) FROM jobs WHERE job_id = 'raced'")).scalar_one() == 1
+
+
+def test_report_has_per_process_peaks_from_the_agents_process_rows(api, make_token):
+    """Process rows as the agent sends them (attributed by FLEETPROF_JOB_ID, plus a co-tenant nobody claimed): the
+    report's per-process peaks are the maxima of what was sent, the job's processes apart from the others."""
+    agent = make_token("agent", node="node-p")
+    operator = make_token("operator")
+    t0 = time.time() - 120
+    batch = sample_batch(node="node-p", n=20, gpus=2, t0=t0)
+    ts, uuid, pid, used, job, how = [], [], [], [], [], []
+    for k in range(20):
+        for gpu, rank_pid in ((0, 4100), (1, 4101)):
+            ts.append(t0 + k), uuid.append(f"GPU-node-p-{gpu}"), pid.append(rank_pid)
+            used.append((20_000 + 100 * k + gpu) * 2**20), job.append("proc-job"), how.append("env:FLEETPROF_JOB_ID")
+        if 5 <= k < 10:  # a co-tenant on GPU 0 for a few seconds
+            ts.append(t0 + k), uuid.append("GPU-node-p-0"), pid.append(777)
+            used.append((500 + k) * 2**20), job.append(None), how.append(None)
+    batch["processes"] = {"ts": ts, "gpu_uuid": uuid, "pid": pid, "used_memory_bytes": used, "job_id": job,
+                          "attribution": how}
+    r = api.post("/api/v1/ingest/samples", json=batch, headers=auth(agent))
+    assert r.status_code == 200, r.text
+    # The job exists from its processes' attribution (an agent saw it, nobody registered it); end it now.
+    r = api.post("/api/v1/jobs", json={"job_id": "proc-job", "state": "finished", "ended_at": t0 + 20},
+                 headers=auth(operator))
+    assert r.status_code == 200, r.text
+    report = api.get("/api/v1/jobs/proc-job/report", params={"refresh": "true"}, headers=auth(operator)).json()
+    mem = report["memory"]
+    assert mem["process_peak_bytes"] == (20_000 + 100 * 19 + 1) * 2**20
+    assert mem["job_processes"] == 2 and mem["other_processes"] == 1
+    assert mem["other_processes_peak_bytes"] == 509 * 2**20
+    rows = {(p["gpu_uuid"], p["pid"]): p for p in mem["processes"]}
+    assert rows[("GPU-node-p-0", 4100)]["peak_used_bytes"] == (20_000 + 1900) * 2**20
+    assert rows[("GPU-node-p-0", 777)]["job_id"] is None and rows[("GPU-node-p-0", 4100)]["job_id"] == "proc-job"
+    assert rows[("GPU-node-p-0", 777)]["first_seen"] == pytest.approx(t0 + 5, abs=1e-3)
+    assert report["sources"]["memory.process_peak_bytes"].startswith("nvml")

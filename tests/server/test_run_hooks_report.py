@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -33,9 +34,11 @@ def test_unmodified_script_gives_steps_step_times_and_layer_table(cli_env, live_
                        headers=headers, timeout=60).json()
     t = report["time"]
     assert t["steps"] == STEPS  # exactly the optimizer steps the script took
-    # The script's own median step time vs ours (the hooks' warm-up exclusion is reported, not hidden).
+    # The script's own median step time vs ours, over the same steps: the warm-up steps the report says it
+    # excluded are left out of the script's too (with 12 steps, comparing different populations missed 10 % on a
+    # loaded machine).
     ours = t["step_time_s"]["p50"]
-    theirs = sorted(script_times)[len(script_times) // 2]
+    theirs = statistics.median(script_times[t["warmup_steps_excluded"]:])
     assert ours == pytest.approx(theirs, rel=0.10)
     modules = {row["module"] for row in t["layers"]}
     assert {"conv1", "conv2", "head"} <= modules
