@@ -28,6 +28,9 @@ class AgentSettings(BaseSettings):
     # how often a batch is cut and spooled (what a kill -9 of the agent itself can lose at most), the host's
     # /proc (hostPID in Kubernetes) and the kubelet pod-resources socket used for job attribution.
     source: str = "nvml"
+    # With "replay:FILE": the job the recording's unattributed processes ran for (their pids are not this host's,
+    # so /proc cannot say). `fleetprof up` sets it to its demo job.
+    replay_job_id: str | None = None
     batch_interval_s: float = 5.0
     proc_root: Path = Path("/proc")
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")

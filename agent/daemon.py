@@ -33,10 +33,11 @@ class SourceError(ValueError):
     """`--source` names something the agent cannot open."""
 
 
-def open_devices(source: str) -> Devices:
-    """`nvml`, `replay:FILE` (a recording played as if live: our clock, looping), `replay-original:FILE` (the
-    recording's own timestamps and values, one sample per recorded row, once) or `fake:N` (N simulated GPUs
-    with realistic NVML latencies, for the overhead benchmark; batches are labelled source="test")."""
+def open_devices(source: str, *, replay_job_id: str | None = None) -> Devices:
+    """`nvml`, `replay:FILE` (a recording played as if live: our clock, looping; its unattributed processes
+    attributed to `replay_job_id`), `replay-original:FILE` (the recording's own timestamps and values, one sample
+    per recorded row, once) or `fake:N` (N simulated GPUs with realistic NVML latencies, for the overhead
+    benchmark; batches are labelled source="test")."""
     kind, _, arg = source.partition(":")
     if kind == "nvml":
         from agent.devices.nvml import NvmlDevices
@@ -51,7 +52,7 @@ def open_devices(source: str) -> Devices:
             rec = read_recording(arg)
         except RecordingError as exc:
             raise SourceError(f"cannot replay {arg}: {exc}") from None
-        return OriginalReplayDevices(rec) if kind == "replay-original" else ReplayDevices(rec)
+        return OriginalReplayDevices(rec) if kind == "replay-original" else ReplayDevices(rec, job_id=replay_job_id)
     if kind == "fake":
         from agent.devices.fake import FakeNvml
         from agent.devices.nvml import NvmlDevices
@@ -167,7 +168,7 @@ class Agent:
 def run_agent(settings: AgentSettings, *, source: str, stop: threading.Event) -> None:
     """Run the node agent until `stop` is set (usable in a thread). Raises SourceError or
     DeviceUnavailableError when the devices cannot be opened, SpoolError when the spool is unusable."""
-    devices = open_devices(source)
+    devices = open_devices(source, replay_job_id=settings.replay_job_id)
     try:
         agent = Agent(settings, devices)
     except BaseException:

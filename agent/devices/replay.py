@@ -38,8 +38,9 @@ class ReplayDevices(Devices):
     local_pids = False
 
     def __init__(self, recording: Recording, *, clock: Callable[[], float] = time.monotonic, speed: float = 1.0,
-                 loop: bool = True):
+                 loop: bool = True, job_id: str | None = None):
         self._rec = recording
+        self._job_id = job_id  # for processes the recording did not attribute
         self._clock = clock
         self._speed = speed
         self._loop = loop
@@ -139,8 +140,8 @@ class ReplayDevices(Devices):
         if k < 0:
             return []
         uuid = self._ids[slot].uuid
-        return [GpuProcess(p.pid, p.used_memory_bytes, job_id=p.job_id,
-                           attribution="recording" if p.job_id else None)
+        return [GpuProcess(p.pid, p.used_memory_bytes, job_id=p.job_id or self._job_id,
+                           attribution="recording" if p.job_id else ("replay" if self._job_id else None))
                 for p in self._procs[self._proc_offsets[k]] if p.gpu_uuid == uuid]
 
 

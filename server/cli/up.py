@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             agent_settings = load_settings(server_url=base_url, token=agent_token,
                                            spool_dir=settings.data_dir / "spool",
-                                           node_name=DEMO_NODE if is_replay else None)
+                                           node_name=DEMO_NODE if is_replay else None,
+                                           replay_job_id=DEMO_JOB if kind == "replay" else None)
             if is_replay:
                 _register_demo_job(base_url, operator_token, Path(replay_file))
                 lines.append(f"  agent:      REPLAY of recorded real telemetry ({replay_file}), node {DEMO_NODE!r} "

@@ -71,6 +71,14 @@ def test_up_embedded_serves_replay_and_stops_on_sigint(tmp_path: Path) -> None:
         job = httpx.get(f"{api}/api/v1/jobs/demo-replay", headers=headers, timeout=5)
         assert job.status_code == 200, job.text
         assert job.json()["metadata"].get("replay") is True
+        # The recording's processes (gpu_burn and two memhogs, unattributed in the capture) are the demo job's.
+        mem: dict = {}
+        while time.monotonic() < deadline + 30 and not mem.get("job_processes"):
+            mem = httpx.get(f"{api}/api/v1/jobs/demo-replay/report", params={"refresh": "true"}, headers=headers,
+                            timeout=30).json()["memory"]
+            time.sleep(1)
+        assert mem["job_processes"] >= 1 and mem["process_peak_bytes"] > 0, mem
+        assert all(p["job_id"] == "demo-replay" and p["attribution"] == "replay" for p in mem["processes"]), mem
         assert httpx.get(f"http://127.0.0.1:{dash_port}/", timeout=30).status_code == 200
     finally:
         rc = stop_process(proc, signal.SIGINT, timeout_s=40)
