@@ -2,13 +2,11 @@
 
 In order: `FLEETPROF_JOB_ID` in /proc/PID/environ (set by `fleetprof run`), `SLURM_JOB_ID` there (job id
 `slurm:<id>`), the same two in the environment of up to `parent_depth` ancestors (a launcher that scrubbed
-its workers' environment), the Kubernetes pod from /proc/PID/cgroup (job id `k8s:pod-<uid>`), else
-unattributed (None). The agent needs the host PID namespace (DaemonSet `hostPID: true`) because NVML
-reports host pids.
-
-Kubelet pod-resources socket: it maps GPU UUIDs to namespace/pod/container over gRPC. grpcio is not a
-dependency of the agent, so this version identifies pods by the cgroup path alone (UID); when the socket is
-mounted and grpcio is importable, `PodResources` is the place to add the List() call (TODO).
+its workers' environment), then Kubernetes for a process whose cgroup is a pod's (or unreadable): the pod the
+kubelet's pod-resources API says holds the process's GPU (job id `k8s:<namespace>/<pod>`, agent/podresources.py)
+when exactly one pod holds it, else the pod UID from /proc/PID/cgroup (job id `k8s:pod-<uid>`); else
+unattributed (None). The agent needs the host PID namespace
+(DaemonSet `hostPID: true`) because NVML reports host pids.
 
 Results are cached per (pid, start time) so a recycled pid is looked up again.
 """
@@ -20,6 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.podresources import PodResources
+
 log = logging.getLogger(__name__)
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")  # agent.protocol.JobId
@@ -29,6 +29,7 @@ _POD_RE = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]
 ENV_JOB = "env:FLEETPROF_JOB_ID"
 ENV_SLURM = "env:SLURM_JOB_ID"
 K8S_POD = "k8s:pod"
+K8S_POD_RESOURCES = "k8s:pod-resources"
 
 
 @dataclass(frozen=True)
@@ -38,27 +39,6 @@ class Attribution:
 
 
 UNATTRIBUTED = Attribution(None, None)
-
-
-class PodResources:
-    """The kubelet pod-resources socket, when mounted. TODO: List() over gRPC when grpcio is installed."""
-
-    def __init__(self, socket_path: str | Path):
-        self.socket_path = Path(socket_path)
-        self._warned = False
-
-    def available(self) -> bool:
-        if not self.socket_path.exists():
-            return False
-        try:
-            import grpc  # noqa: F401
-        except ImportError:
-            if not self._warned:
-                self._warned = True
-                log.info("kubelet pod-resources socket %s is mounted but grpcio is not installed: "
-                         "pods are identified by cgroup UID only", self.socket_path)
-            return False
-        return False  # not implemented yet: see the module docstring
 
 
 class Attributor:
@@ -71,12 +51,13 @@ class Attributor:
         self.parent_depth = parent_depth
         self._cache: dict[int, tuple[int | None, Attribution]] = {}
 
-    def attribute(self, pid: int) -> Attribution:
+    def attribute(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
+        """The job of process `pid`, seen on GPU `gpu_uuid` (which the pod-resources lookup needs)."""
         start = self._start_time(pid)
         cached = self._cache.get(pid)
         if cached is not None and cached[0] == start:
             return cached[1]
-        result = self._lookup(pid)
+        result = self._lookup(pid, gpu_uuid)
         if start is not None:  # a vanished process is not cached: its pid may come back as another one
             self._cache[pid] = (start, result)
         return result
@@ -137,17 +118,21 @@ class Attributor:
             return Attribution(f"slurm:{slurm}", ENV_SLURM)
         return None
 
-    def _from_cgroup(self, pid: int) -> Attribution | None:
+    def _from_kubernetes(self, pid: int, gpu_uuid: str | None) -> Attribution | None:
+        """The pod of the process: named by the kubelet when exactly one pod holds its GPU (several do with
+        time-slicing), else by the UID in its cgroup path. A process whose cgroup shows no pod is in none: a
+        host process on a pod's GPU is not the pod's."""
         cgroup = self._read(pid, "cgroup")
-        if not cgroup:
+        m = _POD_RE.search(cgroup.decode(errors="replace")) if cgroup else None
+        if cgroup and m is None:
             return None
-        m = _POD_RE.search(cgroup.decode(errors="replace"))
-        if not m:
-            return None
-        self.pod_resources.available()  # logs once that only the UID is known
-        return Attribution(f"k8s:pod-{m.group(1).replace('_', '-')}", K8S_POD)
+        if gpu_uuid is not None:
+            pods = {(p.namespace, p.name): p for p in self.pod_resources.pods_of_gpu(gpu_uuid)}
+            if len(pods) == 1 and _JOB_ID_RE.match(job_id := next(iter(pods.values())).job_id):
+                return Attribution(job_id, K8S_POD_RESOURCES)
+        return Attribution(f"k8s:pod-{m.group(1).replace('_', '-')}", K8S_POD) if m else None
 
-    def _lookup(self, pid: int) -> Attribution:
+    def _lookup(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
         found = self._from_environ(pid)
         ancestor = pid
         for _ in range(self.parent_depth):
@@ -160,4 +145,4 @@ class Attributor:
             found = self._from_environ(ancestor)
         if found is not None:
             return found
-        return self._from_cgroup(pid) or UNATTRIBUTED
+        return self._from_kubernetes(pid, gpu_uuid) or UNATTRIBUTED

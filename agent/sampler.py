@@ -177,7 +177,7 @@ class Sampler:
                 live_pids.add(p.pid)
                 job_id, how = p.job_id, p.attribution
                 if job_id is None and self.devices.local_pids:
-                    a = self.attributor.attribute(p.pid)
+                    a = self.attributor.attribute(p.pid, gpu.uuid)
                     job_id, how = a.job_id, a.method
                 pp = pend.procs
                 pp["ts"].append(ts)

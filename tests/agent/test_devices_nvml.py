@@ -17,7 +17,7 @@ from tests.agent.conftest import make_fake
 
 
 class NoAttribution:
-    def attribute(self, pid: int) -> Attribution:
+    def attribute(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
         return Attribution(f"job-{pid}", "env:FLEETPROF_JOB_ID")
 
     def forget_except(self, pids: set[int]) -> None:
