@@ -620,6 +620,14 @@ def main() -> int:
             rows.append((f"[{ph}] collector RSS max", f"{max(rss.get(ph, [float('nan')])):.0f} MB"))
         rows.append(("sustained backlog at end / max", f"{sum(r['sustained_backlog_end'] for r in reports):,} / "
                                                         f"{sum(r['sustained_backlog_max'] for r in reports):,} samples"))
+        # Held: acknowledged at >= 95 % of the offered rate. On a machine whose cores the generator shares with the
+        # collectors and Postgres, the closed-loop capacity can be out of reach open-loop: then this says so.
+        s_dur, _, s_acked, _, _ = phase_cpu("sustained")
+        s_offered = sum(r["phase_rate"]["sustained"] for r in reports)
+        held = s_acked / s_dur >= 0.95 * s_offered
+        rows.append(("sustained rate held", f"{'yes' if held else 'NO'}: {s_acked / s_dur:,.0f} of {s_offered:,.0f} "
+                                             "GPU-samples/s acknowledged" + ("" if held else
+                                             " (lower --sustain-fraction to find the rate this machine holds)")))
         rows.append(("overload backlog at end", f"{sum(r['overload_backlog_end'] for r in reports):,} samples spooled"))
         rows.append(("Retry-After seen", ", ".join(f"{v:g} s" for v in retry_after) or "none"))
         rows.append(("caught up after overload", " / ".join("not yet" if c is None else f"{c:.0f} s" for c in caught)
