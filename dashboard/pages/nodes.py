@@ -62,12 +62,13 @@ def register_callbacks(app: dash.Dash) -> None:
         jobs = [j for j in running if j.get("node") == name or uuids.intersection(j.get("gpu_uuids") or [])]
         gpu_rows = [[str(g["index"]), fmt.text(g["name"]), fmt.gib(g.get("memory_total_bytes")),
                      "healthy" if g["healthy"] else "UNHEALTHY", fmt.watts(g.get("power_limit_w")),
-                     fmt.text(g.get("power_source")), fmt.text(g.get("mig_parent_uuid") and "MIG"),
+                     fmt.text(g.get("power_source")),
+                     f"slice of {g['mig_parent_uuid']}" if g.get("mig_parent_uuid") else "no",  # known: not unknown
                      fmt.timestamp(g.get("last_seen_at")), g["uuid"]] for g in gpus]
         job_rows = [[job_link(j["job_id"]), fmt.text(j.get("name")), fmt.text(j.get("team")),
                      fmt.count(len(j.get("gpu_uuids") or []), "GPUs"), fmt.timestamp(j.get("started_at"))]
                     for j in jobs]
-        return [section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG",
+        return [section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG device",
                                        "last seen", "uuid"], gpu_rows, id="node-gpus")),
                 section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,
                                               id="node-jobs", empty="no running job on this node"))]

@@ -101,6 +101,9 @@ def test_operator_walks_every_page(chrome, dashboard_url, seeded, live_server) -
     _wait(driver, "#nodes-list", "n1")
     _click_link(driver, "n1")
     _wait(driver, "#node-gpus", "NVIDIA H100 80GB HBM3")
+    header = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#node-gpus th")]
+    first = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#node-gpus tbody tr:first-child td")]
+    assert first[header.index("MIG device")] == "no"  # a whole GPU: known, so not "unknown"
 
     _click_link(driver, "Estimator")
     _wait(driver, "#est-submit").click()
