@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from server.errors import Forbidden, InvalidInput, NotAuthenticated
+from server.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
 from server.models import SCOPES, ApiToken
+from server.models.base import utcnow
 
 TOKEN_PREFIX = "fp_"
 
@@ -52,6 +53,29 @@ def create_token(session: Session, *, scope: str, team: str | None = None, node:
                          description=description))
     session.flush()
     return token
+
+
+def list_tokens(session: Session, *, include_revoked: bool = False) -> list[ApiToken]:
+    stmt = select(ApiToken).order_by(ApiToken.id)
+    if not include_revoked:
+        stmt = stmt.where(ApiToken.revoked_at.is_(None))
+    return list(session.scalars(stmt))
+
+
+def revoke_token(session: Session, *, token_id: int | None = None, token: str | None = None) -> tuple[ApiToken, bool]:
+    """Revoke by id or by the plaintext (hashed here, as on every request); (row, revoked now). Collectors that
+    cached the token refuse it once their entry expires (TokenCache.ttl_s)."""
+    if (token_id is None) == (token is None):
+        raise InvalidInput("revoke a token by its id or by the token itself, not both")
+    row = session.get(ApiToken, token_id) if token_id is not None else session.scalars(
+        select(ApiToken).where(ApiToken.token_sha256 == hash_token(token or ""))).first()
+    if row is None:
+        raise NotFound(f"no token {token_id}" if token_id is not None else "no such token")
+    if row.revoked_at is not None:
+        return row, False
+    row.revoked_at = utcnow()
+    session.flush()
+    return row, True
 
 
 class TokenCache:

@@ -1,10 +1,22 @@
-"""`fleetprof token create --scope SCOPE [--team T] [--node N]`: prints a new token alone on its last line."""
+"""`fleetprof token create|list|revoke`: API tokens, on the database of FLEETPROF_DATABASE_URL (embedded by default).
+
+`create --scope SCOPE [--team T] [--node N]` prints a new token alone on its last line; `list [--all]` shows
+each token's id, prefix (its first 10 characters), scope and binding, never the token; `revoke ID` or
+`revoke --token TOKEN` refuses it from then on (a collector that cached it within the last 30 s too, once its entry
+expires)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from fleetprof.errors import CliError
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,13 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--team", help="team of a team token")
     create.add_argument("--node", help="node an agent token may write for ('*' for any)")
     create.add_argument("--description")
+    listing = sub.add_parser("list", help="list tokens (id, prefix, scope, team, node; never the token)")
+    listing.add_argument("--all", action="store_true", help="include revoked tokens")
+    revoke = sub.add_parser("revoke", help="revoke a token by its id (see `list`) or by the token itself")
+    revoke.add_argument("token_id", nargs="?", type=int, metavar="ID")
+    revoke.add_argument("--token", help="the token itself (read from the environment is safer: FLEETPROF_TOKEN)")
 
 
-def create_token_now(scope: str, team: str | None = None, node: str | None = None,
-                     description: str | None = None) -> str:
+def _in_session(work: Callable[[Session], T]) -> T:
+    """`work(session)` in one transaction on the configured database (the embedded one migrated first)."""
     from server.config import get_settings
     from server.db import make_engine, make_sessionmaker, session_scope
-    from server.auth.service import create_token
     from server.errors import DomainError
     from server.migrate import upgrade
 
@@ -30,14 +46,57 @@ def create_token_now(scope: str, team: str | None = None, node: str | None = Non
     engine = make_engine(settings)
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            return create_token(session, scope=scope, team=team, node=node, description=description)
+            return work(session)
     except DomainError as exc:
         raise CliError(exc.message) from None
     finally:
         engine.dispose()
 
 
+def create_token_now(scope: str, team: str | None = None, node: str | None = None,
+                     description: str | None = None) -> str:
+    from server.auth.service import create_token
+
+    return _in_session(lambda s: create_token(s, scope=scope, team=team, node=node, description=description))
+
+
+def _list(include_revoked: bool) -> int:
+    from fleetprof import units
+    from server.auth.service import list_tokens
+    from server.models.base import to_epoch
+
+    def rows(session: Session) -> list[list[str]]:
+        return [[str(t.id), f"{t.prefix}...", t.scope, t.team or "-", t.node or "-", t.description or "-",
+                 units.timestamp(to_epoch(t.created_at)),
+                 units.timestamp(to_epoch(t.revoked_at)) if t.revoked_at else "-"]
+                for t in list_tokens(session, include_revoked=include_revoked)]
+
+    table = [["id", "prefix", "scope", "team", "node", "description", "created", "revoked"], *_in_session(rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _revoke(token_id: int | None, token: str | None) -> int:
+    from server.auth.service import revoke_token
+
+    def work(session: Session) -> tuple[int, str, bool]:
+        row, now = revoke_token(session, token_id=token_id, token=token)
+        return row.id, row.prefix, now
+
+    tid, prefix, now = _in_session(work)
+    print(f"token {tid} ({prefix}...) " + ("revoked" if now else "was already revoked"))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.token_command == "list":
+        return _list(args.all)
+    if args.token_command == "revoke":
+        if (args.token_id is None) == (args.token is None):
+            raise CliError("revoke takes a token id (see `fleetprof token list`) or --token TOKEN, one of the two")
+        return _revoke(args.token_id, args.token)
     token = create_token_now(args.scope, args.team, args.node, args.description)
     print(f"scope={args.scope} team={args.team or '-'} node={args.node or '-'} (store it now: it is not shown again)")
     print(token)

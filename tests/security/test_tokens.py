@@ -85,3 +85,35 @@ def test_comparison_is_on_digests_in_constant_time():
     for fn in (service.authenticate, service.bearer_digest):
         source = inspect.getsource(fn)
         assert " == token" not in source and "token ==" not in source
+
+
+def _cli(cli_env, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run([sys.executable, "-m", "fleetprof.cli", "token", *args], env=cli_env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_tokens_are_listed_without_their_secret_and_revoked_from_the_cli(cli_env, api, make_token):
+    team = _cli(cli_env, "create", "--scope", "team", "--team", "alpha", "--description", "ci bot")
+    team_token = team.stdout.strip().splitlines()[-1]
+    operator = make_token("operator")
+    listing = _cli(cli_env, "list")
+    assert listing.returncode == 0, listing.stderr
+    assert team_token[:10] in listing.stdout and "ci bot" in listing.stdout and "alpha" in listing.stdout
+    assert team_token not in listing.stdout and operator not in listing.stdout  # the prefix only
+    team_id = next(line.split()[0] for line in listing.stdout.splitlines() if team_token[:10] in line)
+    assert api.get("/api/v1/jobs", headers=auth(team_token)).status_code == 200
+
+    revoked = _cli(cli_env, "revoke", team_id)
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked.stderr
+    api.app.state.token_cache._entries.clear()  # another collector, or this one 30 s later
+    assert api.get("/api/v1/jobs", headers=auth(team_token)).status_code == 401
+    assert api.get("/api/v1/jobs", headers=auth(operator)).status_code == 200  # only that one
+    assert "already revoked" in _cli(cli_env, "revoke", "--token", team_token).stdout
+    assert team_token[:10] not in _cli(cli_env, "list").stdout
+    assert team_token[:10] in _cli(cli_env, "list", "--all").stdout
+
+    by_token = _cli(cli_env, "revoke", "--token", operator)
+    assert by_token.returncode == 0 and "revoked" in by_token.stdout
+    for bad in (["revoke", "999999"], ["revoke", "--token", "fp_not-a-token"], ["revoke"]):
+        r = _cli(cli_env, *bad)
+        assert r.returncode == 2 and "error" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
