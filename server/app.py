@@ -111,14 +111,15 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     from server.fleet.router import router as fleet_router
     from server.health import router as health_router
     from server.ingest.router import router as ingest_router
+    from server.jobs.router import recurring_router
     from server.jobs.router import router as jobs_router
     from server.metrics import REQUEST_LATENCY
     from server.nodes.router import router as nodes_router
     from server.traces.router import router as traces_router
 
     install_error_handlers(app)
-    for r in (health_router, ingest_router, jobs_router, traces_router, nodes_router, fleet_router,
-              fleet_views_router, estimate_router):
+    for r in (health_router, ingest_router, jobs_router, recurring_router, traces_router, nodes_router,
+              fleet_router, fleet_views_router, estimate_router):
         app.include_router(r)
 
     from server.ingest.fastpath import SampleIngestFastPath

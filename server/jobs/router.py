@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
+from server.config import ServerSettings
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput
@@ -23,7 +24,7 @@ from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
 from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
-from server.models import JobStep
+from server.models import Job, JobStep
 from server.models.base import from_epoch, to_epoch
 from server.responses import json_response
 
@@ -270,8 +271,31 @@ def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, 
                     history: int = Query(50, ge=1, le=500, description="past runs of the same job name to use"),
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    return _rightsizing(session, job, settings, history)
+
+
+def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: int) -> dict[str, Any]:
+    """The recommendation from `job` and the earlier runs of its name and team, all from cached reports."""
     if not report_service.has_report(session, job):
         report_service.compute_report(session, job, settings)
     runs = report_service.rightsizing_history(session, job, limit=history)
     result = rightsize([r for _, r in runs])
-    return {"job_id": job.job_id, "name": job.name, "history_job_ids": [j for j, _ in runs], **result}
+    return {"job_id": job.job_id, "name": job.name, "team": job.team, "history_job_ids": [j for j, _ in runs],
+            **result}
+
+
+# A scheduler about to launch the next run of a recurring job has no job id for it yet: it asks by name.
+recurring_router = APIRouter(prefix="/api/v1", tags=["jobs"])
+
+
+@recurring_router.get("/rightsizing", responses={404: {"description": "no visible run of that name"}},
+                      summary="Right-sizing for the next run of a recurring job, by its name (and team)")
+def get_rightsizing_by_name(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+                            name: str = Query(..., min_length=1, max_length=500,
+                                              description="the recurring job's name, as its runs registered it"),
+                            team: str | None = Query(None, max_length=100, description=(
+                                "its team (a team token: its own, the default); else the team of the latest run")),
+                            history: int = Query(50, ge=1, le=500, description="past runs of that name to use"),
+                            ) -> dict[str, Any]:
+    job = job_service.latest_visible_run(session, name=name, team=team, principal=principal)
+    return _rightsizing(session, job, settings, history)

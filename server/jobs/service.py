@@ -46,6 +46,23 @@ def get_visible_job(session: Session, *, job_id: str, principal: Principal) -> J
     return job
 
 
+def latest_visible_run(session: Session, *, name: str, team: str | None, principal: Principal) -> Job:
+    """The latest run of recurring job `name` (of `team`; a team token: of its own team only). NotFound when the
+    caller sees none: another team's runs are indistinguishable from none."""
+    if principal.scope == "team":
+        if team not in (None, principal.team):
+            raise NotFound(f"no runs of that name in team {team!r} visible to this token")
+        team = principal.team
+    stmt = select(Job).where(Job.name == name).order_by(Job.started_at.desc().nulls_last(), Job.id.desc()).limit(1)
+    if team is not None:
+        stmt = stmt.where(Job.team == team)
+    job = session.scalars(stmt).first()
+    if job is None or not principal.can_see_team(job.team):
+        # The name is not echoed: a refusal carries nothing of what the caller may not see (nor its own query).
+        raise NotFound("no runs of that name" + (f" in team {team!r}" if team else "") + " visible to this token")
+    return job
+
+
 def get_visible_jobs(session: Session, *, job_ids: list[str], principal: Principal) -> list[Job]:
     """The jobs in the order asked; NotFound naming every id that does not exist or is another team's (the
     single-job rule: the two are indistinguishable)."""

@@ -54,6 +54,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/timeseries"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/timeseries/batch"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/rightsizing"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/steps"): Rule(JOB_READ, team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True),
     ("POST", "/api/v1/estimate"): Rule(("scheduler", "team")),
@@ -107,6 +108,9 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
         out.append(Call(method, template))
         out.append(Call(method, template, params={"team": "beta"}))
         out.append(Call(method, template, params={"team": "alpha"}))
+    elif template == "/api/v1/rightsizing":  # by recurring job name: the teams' jobs are named by their MARKER
+        for team in teams:
+            out.append(Call(method, template, params={"name": MARKER[team], "team": team}, job_team=team))
     elif template == "/api/v1/jobs/compare":
         for team in teams:
             out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))

@@ -39,6 +39,32 @@ def test_recurring_job_history_drives_the_recommendation(api, make_token):
     assert api.get("/api/v1/jobs/nope/rightsizing", headers=auth(sched)).status_code == 404
 
 
+def test_next_run_of_a_recurring_job_is_sized_by_its_name(api, make_token):
+    """A scheduler about to launch the next run has no job id yet: it asks by name, and gets the answer the
+    latest run's id would give; a team sees only its own team's runs."""
+    op, agent = make_token("operator"), make_token("agent", node="node-a")
+    sched, nlp, vision = make_token("scheduler"), make_token("team", team="nlp"), make_token("team", team="vision")
+    t0 = time.time() - 86400
+    for i, gib in enumerate((10.0, 12.0, 11.0)):
+        _run(api, op, agent, f"bert-{i}", i, t0 + 3600 * i, gib)
+    by_id = api.get("/api/v1/jobs/bert-2/rightsizing", headers=auth(sched)).json()
+    for token, params in ((sched, {"name": "bert-finetune"}), (sched, {"name": "bert-finetune", "team": "nlp"}),
+                          (nlp, {"name": "bert-finetune"})):
+        r = api.get("/api/v1/rightsizing", params=params, headers=auth(token))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["job_id"] == "bert-2" and body["team"] == "nlp"  # the latest run
+        assert body["history_job_ids"] == by_id["history_job_ids"] == ["bert-0", "bert-1", "bert-2"]
+        assert body["memory"] == by_id["memory"] and body["recommendations"] == by_id["recommendations"]
+    for token, params in ((vision, {"name": "bert-finetune"}), (vision, {"name": "bert-finetune", "team": "nlp"}),
+                          (sched, {"name": "bert-finetune", "team": "vision"}), (sched, {"name": "never-ran"})):
+        r = api.get("/api/v1/rightsizing", params=params, headers=auth(token))
+        assert r.status_code == 404 and "no runs of" in r.json()["detail"], (params, r.text)
+    assert api.get("/api/v1/rightsizing", headers=auth(sched)).status_code == 422  # the name is required
+    assert api.get("/api/v1/rightsizing", params={"name": "bert-finetune"},
+                   headers=auth(agent)).status_code == 403
+
+
 def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, db_session):
     from sqlalchemy import event
 
