@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("agent.cli.agent", "run the node agent (NVML sampler, spool, shipper)"),
     "run": ("agent.cli.run", "run a training command as a profiled job"),
     "report": ("agent.cli.report", "print a job's characterization report"),
+    "rightsizing": ("agent.cli.rightsizing", "what to request for a job or a recurring job's next run, and why"),
     "replay": ("agent.cli.replay", "send a recorded telemetry file through the ingest API"),
     "import-trace": ("agent.cli.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
     "estimate": ("agent.cli.estimate", "pre-training memory/time/energy estimate"),

@@ -119,7 +119,8 @@ _BY_SUFFIX: list[tuple[str, Callable[[float], str]]] = [
     ("_j", energy),
     ("_kwh", lambda v: f"{v:,.4g} kWh"),
     ("_mhz", lambda v: f"{v:,.0f} MHz"),
-    ("_usd", usd),
+    ("usd_per_gpu_hour", lambda v: f"{usd(v)} per GPU-hour"),
+    ("usd", usd),  # `usd` itself (a saving's dollars) and `..._usd`
     ("_g", grams),
 ]
 

@@ -23,6 +23,8 @@ from fleetprof import units
     ("gpu_busy_fraction", 0.804, "80.4 %"),
     ("co2e_g", 1.112, "1.1 g CO2e"),
     ("cost_usd", 0.0003336, "$0.0003"),
+    ("usd", 291.84, "$291.84"),
+    ("usd_per_gpu_hour", -1.52, "-$1.52 per GPU-hour"),
     ("grid_intensity_g_per_kwh", 400, "400 g CO2e/kWh"),
     ("price_per_kwh_usd", 0.12, "$0.12/kWh"),
     ("sm_clock_mhz", 1980.0, "1,980 MHz"),

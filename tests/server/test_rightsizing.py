@@ -98,3 +98,33 @@ def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, 
     assert api.get("/api/v1/jobs/bert-0/report", params={"refresh": True}, headers=auth(op)).status_code == 200
     runs = rightsizing_history(db_session, job, limit=50, cache=cache)
     assert [(j, r["peak_used_bytes"]) for j, r in runs] == [("bert-0", 20 * 2**30), ("bert-1", 12 * 2**30)]
+
+
+def test_rightsizing_cli_by_job_and_by_name(api, make_token, cli_env, live_server):
+    import json
+    import subprocess
+    import sys
+
+    op, agent = make_token("operator"), make_token("agent", node="node-a")
+    t0 = time.time() - 86400
+    for i, gib in enumerate((10.0, 12.0, 11.0)):
+        _run(api, op, agent, f"bert-{i}", i, t0 + 3600 * i, gib)
+    env = {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": make_token("scheduler")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "fleetprof.cli", "rightsizing", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    table = cli("--name", "bert-finetune", "--team", "nlp")
+    assert table.returncode == 0, table.stderr
+    assert "3 run(s): bert-0, bert-1, bert-2" in table.stdout
+    assert any(line.split()[:1] == ["observed_peak_bytes"] and "12.00 GiB" in line
+               for line in table.stdout.splitlines()), table.stdout
+    assert "[recommendations]" in table.stdout and "why: " in table.stdout
+    as_json = cli("bert-2", "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == api.get("/api/v1/jobs/bert-2/rightsizing", headers=auth(op)).json()
+    for bad, message in ((("bert-2", "--name", "x"), "one of the two"), ((), "one of the two"),
+                         (("bert-2", "--team", "nlp"), "--team goes with --name"), (("--name", "nope"), "404")):
+        r = cli(*bad)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
