@@ -159,6 +159,24 @@ def by_key(key: str, value: Any, *, parent_suffix: str | None = None) -> str:
     return str(value)
 
 
+def is_records(value: Any) -> bool:
+    """A list of records (layers, per-rank figures, GPUs): shown as a table of its own."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def is_nested(value: Any) -> bool:
+    """A section holding sections or records of its own: shown indented, not on one line."""
+    return isinstance(value, dict) and any(isinstance(v, dict) or is_records(v) for v in value.values())
+
+
+def cell(key: str, value: Any, *, parent_suffix: str | None = None, in_record: bool = False) -> str:
+    """One figure of a report as text; a series (a long list, or numbers in a record) says only how long it is."""
+    numbers = isinstance(value, list) and bool(value) and all(isinstance(v, (int, float)) for v in value)
+    if isinstance(value, list) and (len(value) > 8 or (in_record and numbers)):
+        return f"{len(value):,} points"
+    return by_key(key, value, parent_suffix=parent_suffix)
+
+
 ENERGY_SOURCES = {
     "hardware_counter": "NVML energy counter",
     "integrated_power": "integrated power",

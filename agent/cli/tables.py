@@ -10,28 +10,18 @@ from fleetprof import units
 MAX_ROWS = 12  # rows of a record list shown (all are in --format json)
 
 
-def is_records(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _is_flat(value: dict[str, Any]) -> bool:
-    return not any(isinstance(v, dict) or is_records(v) for v in value.values())
-
-
-def cell(key: str, value: Any, parent_suffix: str | None, *, in_record: bool = False) -> str:
-    numbers = isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
-    if isinstance(value, list) and (len(value) > 8 or (in_record and numbers and value)):
-        return f"{len(value):,} points"  # a series: the table says how long, json/html show it
-    return units.by_key(key, value, parent_suffix=parent_suffix)
+def aligned(header: list[str], rows: list[list[str]], indent: str = "") -> list[str]:
+    """Columns padded to their widest cell."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    return [indent + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in (header, *rows)]
 
 
 def record_lines(rows: list[dict[str, Any]], indent: str, parent_suffix: str | None) -> list[str]:
     """A list of records (layers, per-rank figures, swapped tensors) as an aligned sub-table."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    cells = [[cell(c, row.get(c), parent_suffix, in_record=True) for c in columns] for row in rows[:MAX_ROWS]]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(columns)]
-    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(columns, widths)).rstrip()]
-    lines += [indent + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    cells = [[units.cell(c, row.get(c), parent_suffix=parent_suffix, in_record=True) for c in columns]
+             for row in rows[:MAX_ROWS]]
+    lines = aligned(columns, cells, indent)
     if len(rows) > MAX_ROWS:
         lines.append(f"{indent}(+{len(rows) - MAX_ROWS} more rows: --format json)")
     return lines
@@ -44,14 +34,15 @@ def section_lines(data: dict[str, Any], sources: dict[str, str], prefix: str, in
     for key, value in data.items():
         src = units.source(sources.get(f"{prefix}.{key}"))
         suffix = units.unit_suffix(key) or parent_suffix
-        if is_records(value):
+        if units.is_records(value):
             lines.append(f"{indent}{key} ({len(value)} rows)")
             lines += record_lines(value, indent + "  ", suffix)
-        elif isinstance(value, dict) and value and not _is_flat(value):
+        elif units.is_nested(value):
             lines.append(f"{indent}{key}")
             lines += section_lines(value, sources, f"{prefix}.{key}", indent + "  ", suffix)
         else:
-            lines.append(f"{indent}{key:<30} {cell(key, value, parent_suffix)}" + (f"   [{src}]" if src else ""))
+            text = units.cell(key, value, parent_suffix=parent_suffix)
+            lines.append(f"{indent}{key:<30} {text}" + (f"   [{src}]" if src else ""))
     return lines
 
 

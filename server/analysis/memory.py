@@ -183,7 +183,8 @@ def process_memory(processes: list[ProcessPeak], job_id: str) -> dict[str, Any]:
         "process_peak_bytes": max(own_peaks) if own_peaks else None,
         "job_processes": len({(p.gpu_uuid, p.pid) for p in own}) if processes else None,
         "other_processes": len({(p.gpu_uuid, p.pid) for p in others}) if processes else None,
-        "other_processes_peak_bytes": max(per_gpu.values()) if per_gpu else (0 if processes else None),
+        # 0 only when there were no others; others whose memory the driver did not give leave it unknown
+        "other_processes_peak_bytes": max(per_gpu.values()) if per_gpu else (0 if processes and not others else None),
         # job_id: the job the agent attributed the process to (this one, another, or null: nobody could tell,
         # e.g. pids of another container's namespace).
         "processes": [{"pid": p.pid, "gpu_uuid": p.gpu_uuid, "peak_used_bytes": p.peak_used_bytes,

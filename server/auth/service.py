@@ -66,7 +66,7 @@ def revoke_token(session: Session, *, token_id: int | None = None, token: str | 
     """Revoke by id or by the plaintext (hashed here, as on every request); (row, revoked now). Collectors that
     cached the token refuse it once their entry expires (TokenCache.ttl_s)."""
     if (token_id is None) == (token is None):
-        raise InvalidInput("revoke a token by its id or by the token itself, not both")
+        raise InvalidInput("revoke a token by its id or by the token itself: one of the two")
     row = session.get(ApiToken, token_id) if token_id is not None else session.scalars(
         select(ApiToken).where(ApiToken.token_sha256 == hash_token(token or ""))).first()
     if row is None:

@@ -61,6 +61,7 @@ def create_token_now(scope: str, team: str | None = None, node: str | None = Non
 
 
 def _list(include_revoked: bool) -> int:
+    from agent.cli.tables import aligned
     from fleetprof import units
     from server.auth.service import list_tokens
     from server.models.base import to_epoch
@@ -71,10 +72,8 @@ def _list(include_revoked: bool) -> int:
                  units.timestamp(to_epoch(t.revoked_at)) if t.revoked_at else "-"]
                 for t in list_tokens(session, include_revoked=include_revoked)]
 
-    table = [["id", "prefix", "scope", "team", "node", "description", "created", "revoked"], *_in_session(rows)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    for r in table:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    header = ["id", "prefix", "scope", "team", "node", "description", "created", "revoked"]
+    print("\n".join(aligned(header, _in_session(rows))))
     return 0
 
 

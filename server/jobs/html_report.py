@@ -26,29 +26,24 @@ MAX_ROWS = 50  # rows of a record list (layers, swapped tensors) shown; the JSON
 def _records(rows: list[dict[str, Any]], parent_suffix: str | None) -> str:
     columns = list(dict.fromkeys(k for row in rows for k in row))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c, row.get(c), parent_suffix, in_record=True))}</td>"
-                                    for c in columns) + "</tr>" for row in rows[:MAX_ROWS])
+    def td(key: str, value: Any) -> str:
+        return f"<td>{html.escape(units.cell(key, value, parent_suffix=parent_suffix, in_record=True))}</td>"
+
+    body = "".join("<tr>" + "".join(td(c, row.get(c)) for c in columns) + "</tr>" for row in rows[:MAX_ROWS])
     more = f"<p class=src>+{len(rows) - MAX_ROWS} more rows in the JSON report</p>" if len(rows) > MAX_ROWS else ""
     return f"<table><tr>{head}</tr>{body}</table>{more}"
-
-
-def _cell(key: str, value: Any, parent_suffix: str | None, *, in_record: bool = False) -> str:
-    numbers = isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
-    if isinstance(value, list) and (len(value) > 8 or (in_record and numbers and value)):
-        return f"{len(value):,} points"  # a series: plotted below, listed in the JSON report
-    return units.by_key(key, value, parent_suffix=parent_suffix)
 
 
 def _rows(section: dict[str, Any], sources: dict[str, str], prefix: str, parent_suffix: str | None = None) -> str:
     rows = []
     for key, value in section.items():
         suffix = units.unit_suffix(key) or parent_suffix
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        if units.is_records(value):
             cell = _records(value, suffix)
-        elif isinstance(value, dict) and any(isinstance(v, (dict, list)) and v for v in value.values()):
+        elif units.is_nested(value):
             cell = f"<table>{_rows(value, sources, f'{prefix}.{key}', suffix)}</table>"
         else:
-            cell = html.escape(_cell(key, value, parent_suffix))
+            cell = html.escape(units.cell(key, value, parent_suffix=parent_suffix))
         src = units.source(sources.get(f"{prefix}.{key}")) or ""
         rows.append(f"<tr><th>{html.escape(key)}</th><td>{cell}</td><td class=src>{html.escape(src)}</td></tr>")
     return "".join(rows)

@@ -93,8 +93,14 @@ def test_process_memory_separates_the_jobs_processes_from_co_tenants() -> None:
 
 
 def test_process_memory_unknown_without_process_rows() -> None:
+    from server.analysis.jobdata import ProcessPeak
     from server.analysis.memory import process_memory
 
     out = process_memory([], "j")
     assert out["process_peak_bytes"] is None and out["other_processes_peak_bytes"] is None
     assert out["job_processes"] is None and out["processes"] == []
+    only_own = process_memory([ProcessPeak("GPU-0", 1, "j", None, 2**30, 0.0, 1.0)], "j")
+    assert only_own["other_processes_peak_bytes"] == 0  # known: nobody else was there
+    unknown = process_memory([ProcessPeak("GPU-0", 1, "j", None, 2**30, 0.0, 1.0),
+                              ProcessPeak("GPU-0", 2, None, None, None, 0.0, 1.0)], "j")
+    assert unknown["other_processes_peak_bytes"] is None  # someone was, the driver did not say how much

@@ -55,3 +55,11 @@ def test_sources_in_words() -> None:
     assert units.source("hardware_counter") == "NVML energy counter"
     assert units.source("something new") == "something new"
     assert units.source(None) is None
+
+
+def test_series_say_how_long_they_are_and_sections_how_they_nest() -> None:
+    assert units.cell("ts", list(range(100))) == "100 points"
+    assert units.cell("ts", [1.0, 2.0], in_record=True) == "2 points"  # a record's numbers are a series
+    assert units.cell("missing_ranks", [0, 3]) == "0, 3"  # a short list of values is shown
+    assert units.is_records([{"a": 1}]) and not units.is_records([]) and not units.is_records([1])
+    assert units.is_nested({"plan": {"a": 1}}) and not units.is_nested({"p50": 1.0, "p95": None})
