@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.cli.serve import KEEP_ALIVE_S
     from server.cli.token import create_token_now
     from server.config import get_settings
     from server.migrate import upgrade
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     base_url = f"http://{args.host}:{args.port}"
 
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port, log_level="warning",
-                                           access_log=False))
+                                           access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
