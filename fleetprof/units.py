@@ -193,6 +193,7 @@ def energy_source(value: str | None) -> str:
 # The report's `sources` values, in words (prefix before ":" -> words; the rest is kept as detail).
 SOURCES = {
     "nvml": "NVML",
+    "nvml_max": "NVML (maxima of the 10 Hz readings between samples)",
     "cuda_allocator": "PyTorch caching allocator (max_memory_allocated/reserved per step)",
     "cpu_rss": "process RSS (CPU run)",
     "framework": "framework hooks",

@@ -63,3 +63,8 @@ def test_series_say_how_long_they_are_and_sections_how_they_nest() -> None:
     assert units.cell("missing_ranks", [0, 3]) == "0, 3"  # a short list of values is shown
     assert units.is_records([{"a": 1}]) and not units.is_records([]) and not units.is_records([1])
     assert units.is_nested({"plan": {"a": 1}}) and not units.is_nested({"p50": 1.0, "p95": None})
+
+
+def test_every_source_the_analyzers_write_reads_in_words() -> None:
+    for raw in ("nvml", "nvml_max", "cuda_allocator", "cpu_rss", "hardware_counter", "integrated_power"):
+        assert units.source(raw) != raw, raw
