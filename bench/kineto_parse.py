@@ -6,7 +6,7 @@ Prints, per trace: size on disk, decompressed JSON size, events, wall time and p
 own subprocess (peak RSS = `ru_maxrss`); "+MB" is the peak above that interpreter's RSS after its imports,
 i.e. what the parse itself cost.
 
-    .venv/bin/python bench/kineto_parse.py [TRACE ...]      (default: the larger traces in ../shared/data)
+    .venv/bin/python bench/kineto_parse.py [TRACE ...]      (default: the larger traces in tests/data)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-KINETO = REPO.parent / "shared" / "data" / "kineto"
+KINETO = REPO / "tests" / "data" / "kineto"
 DEFAULT = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/trace_diff/control/control.json.gz",

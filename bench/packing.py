@@ -4,7 +4,7 @@ Per trace: allocations, the lower bound (max live bytes), each heuristic's arena
 what the caching allocator reserved for the same blocks, and the saving. Totals in the `+untracked` columns
 add the bytes live through the window that appear in no event, so they compare with `Total Reserved`.
 
-    .venv/bin/python bench/packing.py [--data ../shared/data] [--synthetic 100000]
+    .venv/bin/python bench/packing.py [--data tests/data] [--synthetic 100000]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def row(name: str, trace: AllocationTrace, plan_limits: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1] / "tests" / "data")
     ap.add_argument("--synthetic", type=int, default=100_000)
     args = ap.parse_args()
     for name, rel in REAL.items():

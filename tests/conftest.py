@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (REPO_ROOT.parent / "shared" / "data").resolve()
+REAL_DATA = REPO_ROOT / "tests" / "data"
 
 
 @pytest.fixture(scope="session")
@@ -18,10 +18,9 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real data in ../shared/data (Kineto traces, nvidia-smi captures, energy, cluster series)."""
-    assert SHARED_DATA.is_dir(), f"real test data not found at {SHARED_DATA}"
-    return SHARED_DATA
+def real_data() -> Path:
+    """The real data in tests/data (Kineto traces, nvidia-smi captures, energy, cluster series; SOURCES.md there)."""
+    return REAL_DATA
 
 
 # ------------------------------------------------------------------ real Postgres and Redis, per test session

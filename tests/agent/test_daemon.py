@@ -68,10 +68,10 @@ def test_outage_and_restart_deliver_every_sample_exactly_once(tmp_path: Path, co
     assert len(second.spool) == 0
 
 
-def test_replay_source_runs_as_if_live(tmp_path: Path, collector: Collector, shared_data: Path) -> None:
+def test_replay_source_runs_as_if_live(tmp_path: Path, collector: Collector, real_data: Path) -> None:
     stop = threading.Event()
     t = threading.Thread(target=run_agent, args=(settings(tmp_path, collector),),
-                         kwargs={"source": f"replay:{shared_data / SMI_CAPTURE}", "stop": stop})
+                         kwargs={"source": f"replay:{real_data / SMI_CAPTURE}", "stop": stop})
     t.start()
     try:
         assert collector.wait_for(lambda: len(collector.rows()) >= 3)
@@ -91,13 +91,13 @@ def test_unknown_sources_are_refused() -> None:
             open_devices(bad)
 
 
-def test_cli_agent_stops_cleanly_on_sigterm(tmp_path: Path, collector: Collector, shared_data: Path,
+def test_cli_agent_stops_cleanly_on_sigterm(tmp_path: Path, collector: Collector, real_data: Path,
                                             repo_root: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(repo_root), "FLEETPROF_INTERVAL_S": "0.1",
            "FLEETPROF_BATCH_INTERVAL_S": "0.2"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetprof.cli", "agent", "--server", collector.url, "--token", "t",
-         "--source", f"replay:{shared_data / SMI_CAPTURE}", "--spool", str(tmp_path / "spool"), "--node", "cli-node"],
+         "--source", f"replay:{real_data / SMI_CAPTURE}", "--spool", str(tmp_path / "spool"), "--node", "cli-node"],
         cwd=repo_root, env=env, stderr=subprocess.PIPE, text=True)
     try:
         assert collector.wait_for(lambda: len(collector.batches) >= 2, timeout_s=20)

@@ -1,4 +1,4 @@
-"""Readers for the real data in ../shared/data used by the analysis tests (independent of server code)."""
+"""Readers for the real data in tests/data used by the analysis tests (independent of server code)."""
 
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ PRODUCT_KEYS = {
 }
 
 
-def _alibaba_steps(shared_data, job: int, scale_s: float) -> StepSeries:
+def _alibaba_steps(real_data, job: int, scale_s: float) -> StepSeries:
     """Real per-worker mini-batch times (normalised 0–1000) as hook steps, scaled to seconds."""
-    df = pd.read_csv(shared_data / f"cluster/alibaba-gpu-v2020/mini-batch-time/data/job_{job}_norm.csv", index_col=0)
+    df = pd.read_csv(real_data / f"cluster/alibaba-gpu-v2020/mini-batch-time/data/job_{job}_norm.csv", index_col=0)
     n = len(df)
     wall = df["batch_time_norm"].to_numpy(float) * scale_s
     return StepSeries(rank=df["worker"].to_numpy(float), step=df["time"].to_numpy(float),
@@ -40,11 +40,11 @@ def _alibaba_steps(shared_data, job: int, scale_s: float) -> StepSeries:
 
 
 @pytest.fixture(scope="module")
-def real_job(shared_data):
-    gpus = [capture_series(shared_data / "nvidia-smi" / c) for c in CAPTURES]
+def real_job(real_data):
+    gpus = [capture_series(real_data / "nvidia-smi" / c) for c in CAPTURES]
     for i, g in enumerate(gpus):
         g.uuid = f"GPU-{i}"  # the captures are masked to the same all-zero UUID
-    steps = _alibaba_steps(shared_data, 1, 0.01)
+    steps = _alibaba_steps(real_data, 1, 0.01)
     layers = [LayerStat("layer1", "Conv2d", 0.2, 0.4, 10_000, 2), LayerStat("layer1", "Conv2d", 0.1, 0.2, 30_000, 2),
               LayerStat("fc", "Linear", 0.05, None, None, 4)]
     return JobData(job_id="j-real", state="finished", name="resnet", team="vision", started_at=None, ended_at=None,
@@ -120,10 +120,10 @@ def test_empty_job_is_all_unknown():
     assert r["energy"]["co2e_g"] is None
 
 
-def test_counter_with_reset_gives_mixed_source(shared_data):
+def test_counter_with_reset_gives_mixed_source(real_data):
     """An H100 replay with a synthetic energy counter that resets once: counter intervals plus one
     integrated interval, source 'mixed', total equal to the independent sum."""
-    g = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+    g = capture_series(real_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
     p = g.columns["power_w"]
     seg = 0.5 * (p[1:] + p[:-1]) * np.diff(g.ts)
     counter = np.concatenate([[7e5], 7e5 + np.cumsum(seg)])

@@ -25,8 +25,8 @@ def _steps(n: int, wall_s: float, batch: int, t0: float, *, alloc: float | None 
                       reserved_peak_bytes=nan if alloc is None else np.full(n, alloc * 1.25), memory_source=None)
 
 
-def _report(shared_data, capture: str, job_id: str, *, steps: StepSeries | None, batch: int | None) -> dict:
-    g = capture_series(shared_data / "nvidia-smi" / capture)
+def _report(real_data, capture: str, job_id: str, *, steps: StepSeries | None, batch: int | None) -> dict:
+    g = capture_series(real_data / "nvidia-smi" / capture)
     job = JobData(job_id=job_id, state="finished", name="resnet50", team="vision", started_at=None, ended_at=None,
                   exit_code=0, batch_size=batch, gpu_type_requested=None, gpus_requested=1, gpus=[g], steps=steps,
                   layers=[])
@@ -39,11 +39,11 @@ def _meta(report: dict, framework: str = "pytorch") -> dict:
 
 
 @pytest.fixture(scope="module")
-def reports(shared_data):
+def reports(real_data):
     """A: H100, batch 32, 0.20 s/step; B: L40S, batch 64, 0.50 s/step; C: L40S with no hook steps."""
-    a = _report(shared_data, H100, "a", steps=_steps(200, 0.20, 32, 1.7e9, alloc=30 * 2**30), batch=32)
-    b = _report(shared_data, L40S, "b", steps=_steps(120, 0.50, 64, 1.7e9), batch=64)
-    c = _report(shared_data, L40S, "c", steps=None, batch=64)
+    a = _report(real_data, H100, "a", steps=_steps(200, 0.20, 32, 1.7e9, alloc=30 * 2**30), batch=32)
+    b = _report(real_data, L40S, "b", steps=_steps(120, 0.50, 64, 1.7e9), batch=64)
+    c = _report(real_data, L40S, "c", steps=None, batch=64)
     return a, b, c
 
 

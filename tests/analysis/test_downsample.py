@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from server.analysis.downsample import downsample
 
 
-def test_keeps_global_extremes_of_real_cluster_series(shared_data):
+def test_keeps_global_extremes_of_real_cluster_series(real_data):
     # A month of per-minute running-GPU counts from the Helios cluster: spiky, with flat stretches.
-    seq = pd.read_csv(shared_data / "cluster/helios/analysis/2_cluster characterization/Earth_vcs/vc3sl/"
+    seq = pd.read_csv(real_data / "cluster/helios/analysis/2_cluster characterization/Earth_vcs/vc3sl/"
                       "cluster_sequence_vc.csv")
     ts = pd.to_datetime(seq["time"]).to_numpy().astype("datetime64[s]").astype("int64").astype(float)
     v = seq["running_gpu_num"].to_numpy(dtype=float)

@@ -14,8 +14,8 @@ CAPTURES = ["linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "linux-x86_64_
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
-def test_replayed_nvidia_smi_power_matches_trapezoid(shared_data, capture):
-    gpu = capture_series(shared_data / "nvidia-smi" / capture)
+def test_replayed_nvidia_smi_power_matches_trapezoid(real_data, capture):
+    gpu = capture_series(real_data / "nvidia-smi" / capture)
     p = gpu.columns["power_w"]
     ref = float(np.sum(0.5 * (p[1:] + p[:-1]) * np.diff(gpu.ts)))  # independent trapezoid
     e = gpu_energy(gpu)
@@ -28,17 +28,17 @@ def test_replayed_nvidia_smi_power_matches_trapezoid(shared_data, capture):
         assert e.idle_energy_j == pytest.approx(idle_ref)
 
 
-def _zeus_files(shared_data):
-    files = sorted((shared_data / "energy/zeus-profile-data").glob("*.csv"))
+def _zeus_files(real_data):
+    files = sorted((real_data / "energy/zeus-profile-data").glob("*.csv"))
     assert files
     return files
 
 
-def test_zeus_windows_replayed_as_counter(shared_data):
+def test_zeus_windows_replayed_as_counter(real_data):
     """Replay each GPU's NVML energy windows as a cumulative counter sampled at window edges: our per-window
     energy must be theirs, and mean power per window must respect the window's power limit."""
     checked = 0
-    for path in _zeus_files(shared_data):
+    for path in _zeus_files(real_data):
         wins = zeus_windows(path)
         for key in [k for k in wins[0] if k.endswith("_energy")]:
             ts, counter, acc = [], [], 5_000.0  # counters start anywhere
@@ -60,10 +60,10 @@ def test_zeus_windows_replayed_as_counter(shared_data):
     assert checked >= 20
 
 
-def test_counter_reset_falls_back_to_power(shared_data):
+def test_counter_reset_falls_back_to_power(real_data):
     """A Zeus window's mean power held at 10 Hz, with the counter reset half way: counter for the
     intervals it covers, trapezoid over the reset interval, total still the window's energy."""
-    w = zeus_windows(shared_data / "energy/zeus-profile-data/A40+resnet50+gpu0.csv")[0]
+    w = zeus_windows(real_data / "energy/zeus-profile-data/A40+resnet50+gpu0.csv")[0]
     mean_w = w["gpu0_energy"] / w["elapsed_time"]
     ts = w["start_time"] + np.linspace(0, w["elapsed_time"], 1001)
     power = np.full(ts.size, mean_w)
@@ -77,10 +77,10 @@ def test_counter_reset_falls_back_to_power(shared_data):
     assert e.mean_power_w == pytest.approx(mean_w)
 
 
-def test_power_only_matches_nsdi_epoch_energy(shared_data):
+def test_power_only_matches_nsdi_epoch_energy(real_data):
     """summary_power_*: average power × time per epoch is the epoch energy. A power trace at 1 Hz whose
     mean is the measured average (an iteration-shaped wobble around it) must integrate to it within 1%."""
-    rows = pd.concat(pd.read_csv(p) for p in sorted((shared_data / "energy/zeus-nsdi23").glob("summary_power_*.csv")))
+    rows = pd.concat(pd.read_csv(p) for p in sorted((real_data / "energy/zeus-nsdi23").glob("summary_power_*.csv")))
     rows = rows[rows.time_per_epoch >= 60].sample(n=40, random_state=0)
     for r in rows.itertuples():
         ts = np.linspace(0.0, r.time_per_epoch, int(np.ceil(r.time_per_epoch)) + 1)  # ~1 Hz, whole epoch

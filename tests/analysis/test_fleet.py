@@ -17,10 +17,10 @@ DAYS = 7
 
 
 @pytest.fixture(scope="module")
-def helios(shared_data):
+def helios(real_data):
     """A week of Helios' 64-GPU virtual cluster vc3sl, per minute: GPU g is busy at minute t when
     g < running_gpu_num[t] (the trace gives counts, not which GPU: any assignment gives the same totals)."""
-    seq = pd.read_csv(shared_data / SEQ, nrows=DAYS * 1440)
+    seq = pd.read_csv(real_data / SEQ, nrows=DAYS * 1440)
     ts = pd.to_datetime(seq["time"]).to_numpy().astype("datetime64[s]").astype("int64").astype(float)
     running = seq["running_gpu_num"].to_numpy()
     n_gpus = int(seq["total_gpu_num"].max())
@@ -61,8 +61,8 @@ def test_fleet_summary_against_pandas(helios):
     assert day["busy_gpu_hours"] == pytest.approx(seq.loc[last, "running_gpu_num"].sum() / 60)
 
 
-def test_energy_rollup_and_gaps(shared_data):
-    g = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+def test_energy_rollup_and_gaps(real_data):
+    g = capture_series(real_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
     r = hourly_rollup(g.ts, gpu_util_pct=g.columns["gpu_util_pct"], power_w=g.columns["power_w"],
                       memory_used_bytes=g.columns["memory_used_bytes"])
     p = g.columns["power_w"]
@@ -78,11 +78,11 @@ def test_energy_rollup_and_gaps(shared_data):
     assert d.sum() == pytest.approx(len(g.ts) * 1.0)
 
 
-def test_stranded_memory_and_wasteful_jobs(shared_data):
+def test_stranded_memory_and_wasteful_jobs(real_data):
     reports = []
     for i, cap in enumerate(["linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt",
                              "linux-x86_64__nvidia-l40s__595.80.txt"]):
-        g = capture_series(shared_data / "nvidia-smi" / cap)
+        g = capture_series(real_data / "nvidia-smi" / cap)
         job = JobData(job_id=f"j{i}", state="finished", name=None, team="t", started_at=None, ended_at=None,
                       exit_code=0, batch_size=None, gpu_type_requested=None, gpus_requested=1, gpus=[g],
                       steps=None, layers=[])
@@ -109,8 +109,8 @@ def test_attribution_shares_add_up_and_split_shared_samples():
     assert keys == [None] and np.all(w == 1.0)
 
 
-def test_attributed_rollup_splits_a_real_capture_without_losing_anything(shared_data):
-    g = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+def test_attributed_rollup_splits_a_real_capture_without_losing_anything(real_data):
+    g = capture_series(real_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
     terms = sample_terms(g.ts, gpu_util_pct=g.columns["gpu_util_pct"], power_w=g.columns["power_w"],
                          memory_used_bytes=g.columns["memory_used_bytes"])
     whole = reduce_hours(terms)

@@ -13,8 +13,8 @@ MINI_BATCH = "cluster/alibaba-gpu-v2020/mini-batch-time/data"
 WINDOW_S = 14_000.0  # stay inside the analysed window, so the known period is the mean over all of it
 
 
-def _load(shared_data, job: int) -> pd.DataFrame:
-    return pd.read_csv(shared_data / MINI_BATCH / f"job_{job}_norm.csv", index_col=0)
+def _load(real_data, job: int) -> pd.DataFrame:
+    return pd.read_csv(real_data / MINI_BATCH / f"job_{job}_norm.csv", index_col=0)
 
 
 def _telemetry(d: np.ndarray, rng: np.random.Generator, *, duty: float = 0.7, stall_every: int = 0):
@@ -34,11 +34,11 @@ def _telemetry(d: np.ndarray, rng: np.random.Generator, *, duty: float = 0.7, st
     return ts + 1.7e9, power, util
 
 
-def _regular_series(shared_data):
+def _regular_series(real_data):
     """(job, worker, durations) for workers whose iteration time is regular enough to have a period: the
     coefficient of variation ≤ 0.25 (job 4's workers 5 and 6 have rare 4× iterations, CoV ~0.7)."""
     for job in (1, 2, 3, 4):
-        df = _load(shared_data, job)
+        df = _load(real_data, job)
         for w, g in df.groupby("worker"):
             d = g.sort_values("time")["batch_time_norm"].to_numpy(float)
             if d.std() / d.mean() <= 0.25:
@@ -46,13 +46,13 @@ def _regular_series(shared_data):
 
 
 @pytest.mark.parametrize("mean_period_s", [4.0, 7.3, 15.0])
-def test_period_from_telemetry_matches_real_iteration_times(shared_data, mean_period_s):
+def test_period_from_telemetry_matches_real_iteration_times(real_data, mean_period_s):
     """The data is normalised (0–1000), so we choose the time unit; the sequence of iteration times, with
     its jitter, drift and outliers, is the real one. Detected period within 5% of the mean iteration time."""
 
     rng = np.random.default_rng(1)
     errors = []
-    for job, w, d in _regular_series(shared_data):
+    for job, w, d in _regular_series(real_data):
         d = d / d.mean() * mean_period_s
         d = d[np.cumsum(d) <= WINDOW_S]
         ts, power, util = _telemetry(d, rng)
@@ -66,8 +66,8 @@ def test_period_from_telemetry_matches_real_iteration_times(shared_data, mean_pe
     assert len(errors) >= 30
 
 
-def test_telemetry_period_picks_signal_and_agrees_with_hooks(shared_data):
-    d = _load(shared_data, 2).query("worker == 3").sort_values("time")["batch_time_norm"].to_numpy(float) / 100
+def test_telemetry_period_picks_signal_and_agrees_with_hooks(real_data):
+    d = _load(real_data, 2).query("worker == 3").sort_values("time")["batch_time_norm"].to_numpy(float) / 100
     ts, power, util = _telemetry(d, np.random.default_rng(2))
     g = GpuSeries("g", None, None, ts, {"power_w": power, "gpu_util_pct": util,
                                          "memory_used_bytes": np.full(ts.size, 1e9)})  # flat memory: no period
@@ -88,8 +88,8 @@ def test_noise_has_no_period():
     assert detect_period(ts, np.full(ts.size, 5.0)) is None
 
 
-def test_periodic_input_stalls(shared_data):
-    d = _load(shared_data, 3).query("worker == 4").sort_values("time")["batch_time_norm"].to_numpy(float) / 100
+def test_periodic_input_stalls(real_data):
+    d = _load(real_data, 3).query("worker == 4").sort_values("time")["batch_time_norm"].to_numpy(float) / 100
     rng = np.random.default_rng(4)
     ts, _, util = _telemetry(d, rng, stall_every=10)
     s = input_stalls(ts, util)
@@ -100,15 +100,15 @@ def test_periodic_input_stalls(shared_data):
     assert clean["periodic"] is False and clean["stall_fraction"] < 0.02
 
 
-def test_stragglers_on_real_workers(shared_data):
+def test_stragglers_on_real_workers(real_data):
     for job in (1, 2, 3, 4):
-        df = _load(shared_data, job)
+        df = _load(real_data, job)
         med = df.groupby("worker")["batch_time_norm"].median()
         expected = set(med[med > 1.1 * med.median()].index)
         res = rank_stragglers(df["worker"].to_numpy(), df["batch_time_norm"].to_numpy(float))
         assert {s["rank"] for s in res["stragglers"]} == expected
         assert res["ranks"] == 10
     # Job 4 has several slow workers (the dataset's README says so): about 4× the fast ones.
-    res = rank_stragglers(_load(shared_data, 4)["worker"].to_numpy(), _load(shared_data, 4)["batch_time_norm"].to_numpy(float))
+    res = rank_stragglers(_load(real_data, 4)["worker"].to_numpy(), _load(real_data, 4)["batch_time_norm"].to_numpy(float))
     assert len(res["stragglers"]) >= 3
     assert all(s["slowdown_fraction"] > 0.3 for s in res["stragglers"])

@@ -10,8 +10,8 @@ from .realdata import MIB, capture_series, query_gpu_row
 GIB = 2**30
 
 
-def test_real_capture_peak_and_headroom(shared_data):
-    for path in sorted((shared_data / "nvidia-smi").glob("*.txt")):
+def test_real_capture_peak_and_headroom(real_data):
+    for path in sorted((real_data / "nvidia-smi").glob("*.txt")):
         g = capture_series(path)
         load = query_gpu_row(path, "load")
         idle = query_gpu_row(path, "idle")
@@ -56,8 +56,8 @@ def test_fragmentation_is_per_rank_reserved_minus_allocated():
     assert framework_peaks(None)["fragmentation_bytes"] is None
 
 
-def test_oom_from_state_events_and_pinned_memory(shared_data):
-    h100 = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+def test_oom_from_state_events_and_pinned_memory(real_data):
+    h100 = capture_series(real_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
     cap = h100.memory_total_bytes
     ts = np.arange(120.0)
     used = np.full(120, 0.5 * cap)

@@ -17,11 +17,11 @@ from .realdata import MIB, query_gpu_row, zeus_windows
 GIB = 2**30
 
 
-def test_power_cap_matches_independent_choice_on_zeus_epochs(shared_data):
+def test_power_cap_matches_independent_choice_on_zeus_epochs(real_data):
     """Per (model, batch size, optimizer) on each GPU: energy per epoch = average power × time; our cap is
     the least-energy cap within 10% of the fastest, computed here independently with pandas."""
     checked = 0
-    for path in sorted((shared_data / "energy/zeus-nsdi23").glob("summary_power_*.csv")):
+    for path in sorted((real_data / "energy/zeus-nsdi23").glob("summary_power_*.csv")):
         df = pd.read_csv(path)
         df["energy_j"] = df.average_power * df.time_per_epoch
         for _, g in df.groupby(["dataset", "network", "batch_size", "optimizer"]):
@@ -37,8 +37,8 @@ def test_power_cap_matches_independent_choice_on_zeus_epochs(shared_data):
     assert checked > 100
 
 
-def test_power_cap_on_zeus_nvml_windows(shared_data):
-    for path in sorted((shared_data / "energy/zeus-profile-data").glob("*.csv")):
+def test_power_cap_on_zeus_nvml_windows(real_data):
+    for path in sorted((real_data / "energy/zeus-profile-data").glob("*.csv")):
         wins = zeus_windows(path)
         got = power_cap_choice([(w["power_limit_w"], w["gpu0_energy"], w["elapsed_time"]) for w in wins])
         fastest = min(w["elapsed_time"] for w in wins)
@@ -47,8 +47,8 @@ def test_power_cap_on_zeus_nvml_windows(shared_data):
     assert power_cap_choice([(300.0, 100.0, 1.0)]) is None  # one cap: needs measuring
 
 
-def test_smallest_fitting_gpu_for_real_peak(shared_data):
-    q = query_gpu_row(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "load")
+def test_smallest_fitting_gpu_for_real_peak(real_data):
+    q = query_gpu_row(real_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt", "load")
     peak = float(q["memory.used [MiB]"].split()[0]) * MIB
     t = vpa_memory_target([peak], history_s=3600.0)
     assert t.target_bytes == math.ceil(peak * (1 + SAFETY_MARGIN_FRACTION))

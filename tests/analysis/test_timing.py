@@ -10,8 +10,8 @@ from server.analysis.timing import busy_fraction, step_stats, warmup_count
 from .realdata import capture_series
 
 
-def _steps_from_alibaba(shared_data, job: int) -> tuple[StepSeries, pd.DataFrame]:
-    df = pd.read_csv(shared_data / f"cluster/alibaba-gpu-v2020/mini-batch-time/data/job_{job}_norm.csv", index_col=0)
+def _steps_from_alibaba(real_data, job: int) -> tuple[StepSeries, pd.DataFrame]:
+    df = pd.read_csv(real_data / f"cluster/alibaba-gpu-v2020/mini-batch-time/data/job_{job}_norm.csv", index_col=0)
     n = len(df)
     nan = np.full(n, np.nan)
     s = StepSeries(rank=df.worker.to_numpy(float), step=df.time.to_numpy(float), ts=df.time.to_numpy(float),
@@ -21,8 +21,8 @@ def _steps_from_alibaba(shared_data, job: int) -> tuple[StepSeries, pd.DataFrame
 
 
 @pytest.mark.parametrize("job", [1, 2, 3, 4])
-def test_step_distribution_is_slowest_rank_per_step(shared_data, job):
-    s, df = _steps_from_alibaba(shared_data, job)
+def test_step_distribution_is_slowest_rank_per_step(real_data, job):
+    s, df = _steps_from_alibaba(real_data, job)
     per_step = df.groupby("time").batch_time_norm.max().to_numpy(float) / 1000  # independent
     k = warmup_count(per_step)
     st = step_stats(s)
@@ -41,8 +41,8 @@ def test_warmup_excludes_leading_slow_steps_only():
     assert warmup_count(np.ones(50)) == 0
 
 
-def test_busy_fraction_is_mean_util(shared_data):
-    g = capture_series(shared_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+def test_busy_fraction_is_mean_util(real_data):
+    g = capture_series(real_data / "nvidia-smi/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
     u = g.columns["gpu_util_pct"]
     b = busy_fraction([g])
     assert b["gpu_busy_fraction"] == pytest.approx(np.mean(u) / 100)

@@ -20,9 +20,9 @@ TIMEOUT_S = 20
 
 
 @pytest.fixture
-def seeded(live_server, make_token, cli_env, shared_data):  # type: ignore[no-untyped-def]
+def seeded(live_server, make_token, cli_env, real_data):  # type: ignore[no-untyped-def]
     operator = make_token("operator")
-    replay(cli_env, live_server, operator, str(shared_data / H100), "vision-h100", "n1", "vision")
+    replay(cli_env, live_server, operator, str(real_data / H100), "vision-h100", "n1", "vision")
     r = httpx.post(f"{live_server}/api/v1/jobs", headers=auth(operator), timeout=30,
                    json={"job_id": "xss-job", "team": "nlp", "name": XSS, "state": "finished",
                          "started_at": 1784016758.0, "ended_at": 1784016800.0})
@@ -183,7 +183,7 @@ def _post_gz(url: str, token: str, payload: object) -> None:
 
 
 @pytest.fixture
-def hooks_job(live_server, make_token, shared_data):  # type: ignore[no-untyped-def]
+def hooks_job(live_server, make_token, real_data):  # type: ignore[no-untyped-def]
     """A finished 2-GPU job of team vision: NVML telemetry with the energy counter, the framework hooks' steps
     and layer timings, and an allocation trace (so that its report carries offset and swap plans). Plus a node
     without an energy counter, so that the fleet's energy has two sources."""
@@ -213,7 +213,7 @@ def hooks_job(live_server, make_token, shared_data):  # type: ignore[no-untyped-
                             "activation_bytes": 2**20, "calls": 1} for m, f in (("conv1", 0.2), ("layer1", 0.5))]
     _post_gz(f"{live_server}/api/v1/ingest/events", team,
              {"protocol_version": 1, "source_id": "hooks", "seq": 0, "sent_at": time.time(), "events": events})
-    trace = (shared_data / ALLOCATION_TRACE).read_bytes()
+    trace = (real_data / ALLOCATION_TRACE).read_bytes()
     r = httpx.post(f"{live_server}/api/v1/jobs/hooks-job/traces", content=trace, timeout=120,
                    params={"filename": "df_index_resolver.json.gz"},
                    headers={**auth(team), "Content-Type": "application/gzip"})

@@ -130,8 +130,8 @@ def build_h100_recording(capture: Path, out: Path, *, steps: int = 150, end_ts: 
 
 
 @pytest.fixture
-def h100_recording(shared_data: Path, tmp_path: Path) -> Path:
-    return build_h100_recording(shared_data / H100_CAPTURE, tmp_path / "h100-2gpu.jsonl")
+def h100_recording(real_data: Path, tmp_path: Path) -> Path:
+    return build_h100_recording(real_data / H100_CAPTURE, tmp_path / "h100-2gpu.jsonl")
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:

@@ -16,7 +16,7 @@ def test_every_gpu_has_an_identity_and_a_reading_in_range(nvml_devices) -> None:
             assert r.memory_total_bytes == gpu.memory_total_bytes
             assert 0 <= r.memory_used_bytes <= r.memory_total_bytes
             assert r.gpu_util_pct is None or 0 <= r.gpu_util_pct <= 100
-            # an H100 idles at ~70 W (the capture in ../shared/data): milliwatts, not watts
+            # an H100 idles at ~70 W (the capture in tests/data): milliwatts, not watts
             assert r.power_mw is None or 10_000 < r.power_mw < 1_500_000
             assert r.temperature_c is None or 0 < r.temperature_c < 120
             assert r.sm_clock_mhz is None or r.sm_clock_mhz > 0

@@ -17,5 +17,5 @@ REAL_TRACES = {
 
 
 @pytest.fixture(scope="session")
-def real_traces(shared_data: Path) -> dict[str, AllocationTrace]:
-    return {name: from_kineto(shared_data / rel) for name, rel in REAL_TRACES.items()}
+def real_traces(real_data: Path) -> dict[str, AllocationTrace]:
+    return {name: from_kineto(real_data / rel) for name, rel in REAL_TRACES.items()}

@@ -70,12 +70,12 @@ NODES, PER_NODE, MINUTES = 8, 8, 180
 GIB, MIB = 2**30, 2**20
 
 
-def _helios_fleet(shared_data, t0: float) -> pd.DataFrame:
+def _helios_fleet(real_data, t0: float) -> pd.DataFrame:
     """Helios vc3sl, 2020-05-01 09:00-12:00 (running GPUs fall from 54 to 38 and climb to 64), re-timed to start
     at t0: one row per minute and GPU of its 64 GPUs as 8 nodes x 8; GPU g is busy at minute k when
     g < running_gpu_num[k] (the trace counts GPUs; any assignment gives the same totals). Utilization, power and
     memory are derived from busy/idle."""
-    seq = pd.read_csv(shared_data / HELIOS, nrows=1440)
+    seq = pd.read_csv(real_data / HELIOS, nrows=1440)
     seq = seq[(seq["time"] >= "2020-05-01 09:00:00") & (seq["time"] < "2020-05-01 12:00:00")]
     running = seq["running_gpu_num"].to_numpy()
     assert len(running) == MINUTES and running.min() < running.max()
@@ -123,11 +123,11 @@ def _expected(df: pd.DataFrame, jobs: list[dict], now: float) -> tuple[pd.DataFr
     return df, shares
 
 
-def test_rollups_per_node_and_team_match_an_independent_computation(api, make_token, server_settings, shared_data):
+def test_rollups_per_node_and_team_match_an_independent_computation(api, make_token, server_settings, real_data):
     op = make_token("operator")
     now = time.time()
     t0 = now - now % 3600 - 4 * 3600
-    df = _helios_fleet(shared_data, t0)
+    df = _helios_fleet(real_data, t0)
     _post_fleet(api, make_token, df)
     node_gpus = lambda n, idx: [f"GPU-node-{n}-{i}" for i in idx]
     jobs = [  # windows on exact sample instants (both ends count) and between them; two teams share GPUs 2-3

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-CAPTURES = sorted((Path(__file__).resolve().parents[2].parent / "shared/data/nvidia-smi").glob("*.txt"))
+CAPTURES = sorted((Path(__file__).resolve().parents[1] / "data/nvidia-smi").glob("*.txt"))
 
 
 def _query_gpu_rows(path: Path) -> list[dict[str, str]]:
@@ -124,13 +124,15 @@ def test_replay_waits_out_a_rate_limited_collector(cli_env, make_token, tmp_path
 
     log = _plain_log(tmp_path)
     rows = _expected(log)["rows"]
-    env = dict(cli_env, FLEETPROF_RATE_LIMIT_PER_S="4", FLEETPROF_RATE_LIMIT_BURST="2")
+    # 1 request/s after a burst of 2: at 4/s a loaded machine (each CLI request taking > 250 ms) refilled the
+    # bucket between requests and the first replay was never refused
+    env = dict(cli_env, FLEETPROF_RATE_LIMIT_PER_S="1", FLEETPROF_RATE_LIMIT_BURST="2")
     with server_process(env, tmp_path / "server.log") as url:
         client = {**cli_env, "FLEETPROF_SERVER_URL": url, "FLEETPROF_TOKEN": make_token("operator")}
         args = ["replay", str(log), "--node", "n-limited", "--batch-steps", "1"]
         r = _fleetprof([*args, "--job-id", "limited-0", "--retry-for", "0"], client)
         assert r.returncode == 2 and "429" in r.stderr and "rate limit" in r.stderr
-        r = _fleetprof([*args, "--job-id", "limited-1"], client)  # rows + 2 requests at 4/s after a burst of 2
+        r = _fleetprof([*args, "--job-id", "limited-1"], client)  # rows + 2 requests at 1/s after a burst of 2
         assert r.returncode == 0, r.stderr
         report = json.loads(_fleetprof(["report", "limited-1", "--format", "json"], client).stdout)
     assert report["state"] == "finished"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.server.helpers import auth
 
-KINETO = Path(__file__).resolve().parents[2].parent / "shared/data/kineto"
+KINETO = Path(__file__).resolve().parents[1] / "data/kineto"
 
 
 def _upload(api, token, job, body: bytes, **params):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Real Kineto traces from ../shared/data/kineto (see SOURCES.md there)."""
+"""Real Kineto traces from tests/data/kineto (see tests/data/SOURCES.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def kineto_dir(shared_data: Path) -> Path:
-    return shared_data / "kineto"
+def kineto_dir(real_data: Path) -> Path:
+    return real_data / "kineto"
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow  # HTA takes 1-4 s per trace
 
 TOLERANCE_PP = 1.0
 
-# case id -> trace files under ../shared/data/kineto ("dlrm" = param's 8 ranks, extracted)
+# case id -> trace files under tests/data/kineto ("dlrm" = param's 8 ranks, extracted)
 CASES: dict[str, list[str]] = {
     "hta-v100-ddp-memory": ["hta/df_index_resolver/df_index_resolver.json.gz"],
     "hta-a100-16rank-rank0": ["hta/negative_queue_length_values_check/rank0.json.gz"],
