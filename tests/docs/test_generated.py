@@ -120,3 +120,10 @@ def test_argparse_private_api_still_there() -> None:
     parser = argparse.ArgumentParser()
     parser.add_subparsers().add_parser("x", help="h")
     assert [(n, h) for n, h, _ in cli._subcommands(parser)] == [("x", "h")]
+
+
+def test_cells_keep_their_row_and_their_text() -> None:
+    from tools.gendocs.markdown import cell
+
+    assert cell("a | b\nc") == "a \\| b c"
+    assert cell("default <user>-<n>, or `<token>`") == "default &lt;user&gt;-&lt;n&gt;, or `<token>`"

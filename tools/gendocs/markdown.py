@@ -7,8 +7,11 @@ from collections.abc import Sequence
 
 
 def cell(text: object) -> str:
-    """One table cell: a pipe would end the cell and a newline the row."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: a pipe would end the cell and a newline the row; outside code spans `<user>` would be read
+    as an HTML tag and vanish."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    parts[::2] = [p.replace("<", "&lt;").replace(">", "&gt;") for p in parts[::2]]
+    return "`".join(parts)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

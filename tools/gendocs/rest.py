@@ -4,6 +4,7 @@ are made in the lifespan, which this never enters."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tools.gendocs.markdown import cell, code, generated_banner, slug, table
@@ -22,9 +23,9 @@ def type_text(schema: Schema) -> str:
         name = _ref_name(schema["$ref"])
         return f"[{name}](#{slug(name)})"
     if "enum" in schema:
-        return " | ".join(code(repr(v).replace("'", '"')) for v in schema["enum"])
+        return " | ".join(code(json.dumps(v)) for v in schema["enum"])
     if "const" in schema:
-        return code(repr(schema["const"]).replace("'", '"'))
+        return code(json.dumps(schema["const"]))
     for key in ("anyOf", "oneOf", "allOf"):
         if key in schema:
             return " | ".join(type_text(s) for s in schema[key])
@@ -45,12 +46,17 @@ _BOUNDS = (("minimum", "≥ {}"), ("exclusiveMinimum", "> {}"), ("maximum", "≤
            ("maxItems", "≤ {} items"), ("pattern", "pattern `{}`"))
 
 
+def _number(value: Any) -> Any:
+    """1.0 -> 1: pydantic writes integer bounds of some fields as floats."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def constraints(schema: Schema) -> str:
-    parts = [fmt.format(schema[k]) for k, fmt in _BOUNDS if k in schema]
+    parts = [fmt.format(_number(schema[k])) for k, fmt in _BOUNDS if k in schema]
     for sub in schema.get("anyOf", []):
-        parts += [fmt.format(sub[k]) for k, fmt in _BOUNDS if k in sub]
+        parts += [fmt.format(_number(sub[k])) for k, fmt in _BOUNDS if k in sub]
     if "default" in schema and schema["default"] is not None:
-        parts.append("default " + code(repr(schema["default"]).replace("'", '"')))
+        parts.append("default " + code(json.dumps(schema["default"])))
     return ", ".join(parts)
 
 
