@@ -24,16 +24,14 @@ class AgentSettings(BaseSettings):
     spool_dir: Path = Path(".fleetprof/spool")  # durable spool of batches not yet acknowledged
     spool_max_bytes: int = 256 * 1024 * 1024  # past it the oldest batches are dropped and counted
     # Node agent: where samples come from ("nvml", "replay:FILE" as if live, "replay-original:FILE" with the
-    # recording's own timestamps; "fake:N" simulates N GPUs for the bench),
-    # how often a batch is cut and spooled (what a kill -9 of the agent itself can lose at most), the host's
-    # /proc (hostPID in Kubernetes) and the kubelet pod-resources socket used for job attribution.
+    # recording's own timestamps; "fake:N" simulates N GPUs for the bench).
     source: str = "nvml"
     # With "replay:FILE": the job the recording's unattributed processes ran for (their pids are not this host's,
     # so /proc cannot say). `fleetprof up` sets it to its demo job.
     replay_job_id: str | None = None
-    batch_interval_s: float = 5.0  # a batch is cut and spooled this often
+    batch_interval_s: float = 5.0  # a batch is cut and spooled this often: the most a kill -9 of the agent loses
     proc_root: Path = Path("/proc")  # the host's /proc (hostPID in Kubernetes)
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")  # GPU -> pod attribution
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")  # which pod holds which GPU
     ship_backoff_max_s: float = 60.0  # longest wait between retries while the collector is away
     http_timeout_s: float = 10.0  # one request to the collector
     # Framework hooks: "off" | "default" (steps, allocator peaks, per-module timing every
