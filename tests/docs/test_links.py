@@ -79,3 +79,10 @@ def test_checker_finds_what_is_broken(tmp_path: Path) -> None:
     assert broken_links(doc, tmp_path) == [
         "docs/c.md: no such file", "docs/b.md#nope: no heading #nope in docs/b.md",
         "../outside.md: outside the repository", "docs/none.png: no such file"]
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    index = REPO_ROOT / "docs" / "README.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in links(index.read_text())}
+    pages = {p.resolve() for p in (REPO_ROOT / "docs").glob("*.md") if p != index}
+    assert sorted(p.name for p in pages - linked) == []

@@ -53,7 +53,7 @@ def _section(path: str, help_text: str, parser: argparse.ArgumentParser) -> list
     lines = [f"## {path}", "", help_text or (parser.description or ""), "", "```", usage, "```"]
     rows = [(_argument(a), _default(a), a.help or "")
             for a in parser._actions
-            if not isinstance(a, argparse._HelpAction | argparse._SubParsersAction)]
+            if not isinstance(a, argparse._HelpAction | argparse._SubParsersAction) and a.help != argparse.SUPPRESS]
     if rows:
         lines += ["", table(("argument", "default", "meaning"), rows)]
     subs = _subcommands(parser)
