@@ -51,3 +51,9 @@ bench: install services
 
 clean:
 	rm -rf $(VENV) .fleetprof .pytest_cache
+
+# The generated references in docs/ (REST from OpenAPI, CLI from argparse, configuration from the settings
+# classes); tests/docs/test_generated.py fails when they are out of date with the code.
+.PHONY: docs
+docs: install
+	$(BIN)/python -m tools.gendocs

@@ -13,34 +13,32 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPROF_", extra="ignore")
 
-    server_url: str | None = None
-    token: str | None = None
+    server_url: str | None = None  # collector URL for the agent, `fleetprof run` and client commands
+    token: str | None = None  # API token sent as `Authorization: Bearer`
     # Set by `fleetprof run` in the child's environment; read by the framework hooks.
     job_id: str | None = None
-    team: str | None = None
-    node_name: str | None = None
-    interval_s: float = 1.0
-    fast_interval_s: float = 0.1
-    spool_dir: Path = Path(".fleetprof/spool")
-    spool_max_bytes: int = 256 * 1024 * 1024
+    team: str | None = None  # team of jobs that `fleetprof run` registers
+    node_name: str | None = None  # the agent's node name; unset = the hostname
+    interval_s: float = 1.0  # full NVML reading of every GPU, process list and attribution
+    fast_interval_s: float = 0.1  # memory used and power only: catches peaks between full samples
+    spool_dir: Path = Path(".fleetprof/spool")  # durable spool of batches not yet acknowledged
+    spool_max_bytes: int = 256 * 1024 * 1024  # past it the oldest batches are dropped and counted
     # Node agent: where samples come from ("nvml", "replay:FILE" as if live, "replay-original:FILE" with the
-    # recording's own timestamps; "fake:N" simulates N GPUs for the bench),
-    # how often a batch is cut and spooled (what a kill -9 of the agent itself can lose at most), the host's
-    # /proc (hostPID in Kubernetes) and the kubelet pod-resources socket used for job attribution.
+    # recording's own timestamps; "fake:N" simulates N GPUs for the bench).
     source: str = "nvml"
     # With "replay:FILE": the job the recording's unattributed processes ran for (their pids are not this host's,
     # so /proc cannot say). `fleetprof up` sets it to its demo job.
     replay_job_id: str | None = None
-    batch_interval_s: float = 5.0
-    proc_root: Path = Path("/proc")
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-    ship_backoff_max_s: float = 60.0
-    http_timeout_s: float = 10.0
+    batch_interval_s: float = 5.0  # a batch is cut and spooled this often: the most a kill -9 of the agent loses
+    proc_root: Path = Path("/proc")  # the host's /proc (hostPID in Kubernetes)
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")  # which pod holds which GPU
+    ship_backoff_max_s: float = 60.0  # longest wait between retries while the collector is away
+    http_timeout_s: float = 10.0  # one request to the collector
     # Framework hooks: "off" | "default" (steps, allocator peaks, per-module timing every
     # `hooks_layer_every`-th step) | "layers" (per-module timing on every step: more detail, more overhead)
     hooks_level: str = "default"
-    hooks_layer_every: int = 100
-    hooks_alloc_trace_steps: int = 0
+    hooks_layer_every: int = 100  # per-module timing every N-th step at hooks level "default"
+    hooks_alloc_trace_steps: int = 0  # CUDA allocator trace of steps 1..N, uploaded as a snapshot; 0 = off
 
 
 def load_settings(**overrides: object) -> AgentSettings:

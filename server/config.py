@@ -16,11 +16,11 @@ class ServerSettings(BaseSettings):
 
     # Unset = embedded mode: SQLite under ./.fleetprof/ and tasks run in-process.
     database_url: str | None = None
-    broker_url: str | None = None
+    broker_url: str | None = None  # Redis URL of the Celery broker; unset = tasks run in-process
     # Celery queue and Redis key prefix: lets several deployments (or test sessions) share one Redis.
     queue_name: str = "fleetprof"
-    data_dir: Path = EMBEDDED_DIR
-    environment: str = "development"
+    data_dir: Path = EMBEDDED_DIR  # embedded database, uploaded trace blobs (shared by all collectors/workers)
+    environment: str = "development"  # "production" refuses to start without FLEETPROF_DATABASE_URL
 
     max_body_bytes: int = 16 * 1024 * 1024          # compressed request body
     max_decompressed_bytes: int = 128 * 1024 * 1024  # after gunzip (zip-bomb guard)
@@ -33,14 +33,14 @@ class ServerSettings(BaseSettings):
     # Per-token rate limit (token bucket, per collector process; 0 disables): sustained requests/s and burst.
     # Generous by default: `fleetprof replay` and a shared '*' agent token send batches back to back.
     rate_limit_per_s: float = 100.0
-    rate_limit_burst: int = 1000
+    rate_limit_burst: int = 1000  # requests a token may send at once before the sustained rate applies
 
-    characterize_running_every_s: float = 60.0
+    characterize_running_every_s: float = 60.0  # running jobs' reports are recomputed this often
     raw_retention_days: int = 30                     # raw samples older than this are dropped (rollups kept)
     estimate_timeout_s: float = 120.0                # hard ceiling for one pre-training estimate
-    grid_intensity_g_per_kwh: float = 400.0
-    pue: float = 1.2
-    price_per_kwh_usd: float = 0.12
+    grid_intensity_g_per_kwh: float = 400.0  # grid carbon intensity for CO2e (g per facility kWh)
+    pue: float = 1.2  # power usage effectiveness: facility kWh = GPU kWh x PUE
+    price_per_kwh_usd: float = 0.12  # electricity price for a report's cost (per facility kWh)
 
     @property
     def embedded(self) -> bool:
