@@ -16,6 +16,10 @@ from server.jobs.schemas import JobCreate, JobRead
 from server.models import TERMINAL_STATES, Gpu, Job, JobGpu
 from server.models.base import from_epoch, to_epoch, utcnow
 
+# The key in `Job.extra` that says why the server ended a job (server.jobs.unseen); JobRead.end_reason.
+END_REASON = "end_reason"
+LOST = "lost"
+
 
 def _not_found(job_id: str) -> NotFound:
     # The same answer whether the job does not exist or belongs to another team: no existence oracle.
@@ -152,7 +156,8 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
             _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
     else:
         _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
-    was_terminal = job.state in TERMINAL_STATES
+    # A job the server ended (lost) that its scheduler now reports ended becomes terminal again, in its own words.
+    was_terminal = job.state in TERMINAL_STATES and job.state != LOST
     for attr, value in (("name", data.name), ("command", data.command), ("framework", data.framework),
                         ("host", data.host), ("user_name", data.user), ("node_name", data.node),
                         ("batch_size", data.batch_size), ("gpu_type_requested", data.gpu_type_requested),
@@ -172,6 +177,8 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
     if job.started_at and job.ended_at and job.ended_at < job.started_at:
         raise InvalidInput("ended_at is before started_at")
     extra = dict(job.extra or {})
+    if data.state is not None and data.state != LOST:
+        extra.pop(END_REASON, None)
     if data.metadata:
         extra.update(data.metadata)
     if data.cuda_visible_devices is not None:
@@ -187,7 +194,7 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
                 session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, source="registered"))
             else:
                 link.source = "registered"
-                link.first_seen_at = link.last_seen_at = None
+                link.first_seen_at = None  # the job's start; last_seen_at still says when its processes were seen
         session.flush()
     return job, (job.state in TERMINAL_STATES and not was_terminal)
 
@@ -212,7 +219,7 @@ def to_read(job: Job, gpu_uuids: list[str], *, now: float | None = None) -> JobR
         gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, exit_code=job.exit_code,
         created_at=job.created_at.timestamp(), updated_at=job.updated_at.timestamp(), started_at=started,
         ended_at=ended, duration_s=None if started is None else max(0.0, end_or_now - started),
-        gpu_uuids=gpu_uuids, metadata=job.extra or {},
+        gpu_uuids=gpu_uuids, metadata=job.extra or {}, end_reason=(job.extra or {}).get(END_REASON),
     )
 
 
