@@ -52,7 +52,6 @@ class SlurmJob:
     partition: str | None
     slurm_node: str | None
     gpus: tuple[str, ...]  # as Slurm lists them: device numbers (or UUIDs where CUDA_VISIBLE_DEVICES holds them)
-    stdout_path: str | None
     exit: ExitState | None  # epilog only
     derived_exit: str | None  # "<exit>:<signal>" of the worst step; epilog only
 
@@ -63,13 +62,13 @@ class SlurmJob:
         if job_id is None:
             raise SlurmEnvError(f"SLURM_JOB_ID {slurm_id!r} is not a Slurm job id (not run by slurmd?)")
         gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or env.get("SLURM_STEP_GPUS") or ""
+        listed = [g.strip() for g in gpus.split(",")]
         raw_derived = _int(env.get("SLURM_JOB_DERIVED_EC"))
         return cls(
             slurm_id=slurm_id.strip(), job_id=job_id, user=env.get("SLURM_JOB_USER") or None,
             uid=_int(env.get("SLURM_JOB_UID")), account=env.get("SLURM_JOB_ACCOUNT") or None,
             partition=env.get("SLURM_JOB_PARTITION") or None, slurm_node=env.get("SLURMD_NODENAME") or None,
-            gpus=tuple(g.strip() for g in gpus.split(",") if g.strip() and g.strip().lower() not in ("none", "")),
-            stdout_path=env.get("SLURM_JOB_STDOUT") or None,
+            gpus=tuple(g for g in listed if g and g.lower() not in ("none", "nodevfiles")),  # older Slurm: no GPUs
             exit=exit_state(env.get("SLURM_JOB_EXIT_CODE2"), env.get("SLURM_JOB_EXIT_CODE")) if epilog else None,
             derived_exit=None if raw_derived is None else _exit_signal_text(*_split_wait_status(raw_derived)),
         )
