@@ -109,14 +109,16 @@ def mark_started(job: Job, *, ts: float, host: str | None = None, framework: str
     job.framework = job.framework or framework
 
 
+def end_state(job: Job, state: str) -> str:
+    """The state a job ends in: a failure is an out-of-memory one when the hooks reported one (an exit status, the
+    Slurm epilog's or the hooks' own, cannot tell)."""
+    return "oom" if state == "failed" and (job.extra or {}).get("oom_seen") else state
+
+
 def mark_ended(job: Job, *, ts: float, exit_code: int | None, state: str | None) -> bool:
     """Record the end; True when the job became terminal now (characterize it)."""
     was_terminal = job.state in TERMINAL_STATES
-    if state is None:
-        state = "finished" if exit_code == 0 else "failed"
-    if job.extra and job.extra.get("oom_seen") and state == "failed":
-        state = "oom"
-    job.state = state
+    job.state = end_state(job, state if state is not None else "finished" if exit_code == 0 else "failed")
     job.exit_code = exit_code if exit_code is not None else job.exit_code
     job.ended_at = from_epoch(ts)
     return not was_terminal
@@ -169,7 +171,7 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
     if data.ended_at is not None:
         job.ended_at = from_epoch(data.ended_at)
     if data.state is not None:
-        job.state = data.state
+        job.state = end_state(job, data.state)
         if data.state == "running" and job.started_at is None:
             job.started_at = utcnow()
         if data.state in TERMINAL_STATES and job.ended_at is None:
