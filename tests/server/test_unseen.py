@@ -121,19 +121,3 @@ def test_a_registered_slurm_job_whose_epilog_never_ran_is_ended(api, make_token,
     assert len(_sweep(factory)) == 1
     job = api.get("/api/v1/jobs/slurm:31", headers=auth(operator)).json()
     assert job["state"] == "lost" and job["ended_at"] == pytest.approx(t0 + 9, abs=1e-3)
-
-
-def test_an_end_reported_as_failed_is_oom_when_the_hooks_saw_one(api, make_token):
-    """The Slurm epilog knows an exit status only: a job whose hooks reported CUDA out of memory ends 'oom', as it
-    did when the hooks themselves reported the end (before, a registration's 'failed' stayed 'failed')."""
-    from agent.protocol import PROTOCOL_VERSION
-
-    team, agent = make_token("team", team="vision"), make_token("agent", node="node-o")
-    now = time.time()
-    assert api.post("/api/v1/jobs", json={"job_id": "slurm:55", "team": "vision", "state": "running", "node": "node-o"},
-                    headers=auth(agent)).status_code == 200
-    events = {"protocol_version": PROTOCOL_VERSION, "source_id": "hooks-55", "seq": 0, "sent_at": now,
-              "events": [{"kind": "oom", "job_id": "slurm:55", "ts": now, "message": "CUDA out of memory"}]}
-    assert api.post("/api/v1/ingest/events", json=events, headers=auth(team)).status_code == 200
-    r = api.post("/api/v1/jobs", json={"job_id": "slurm:55", "state": "failed", "exit_code": 1}, headers=auth(agent))
-    assert r.status_code == 200 and r.json()["state"] == "oom", r.text
