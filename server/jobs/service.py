@@ -158,8 +158,12 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
             _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
     else:
         _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
-    # A job the server ended (lost) that its scheduler now reports ended becomes terminal again, in its own words.
-    was_terminal = job.state in TERMINAL_STATES and job.state != LOST
+    # A job the server ended (lost) that its scheduler now reports ended becomes terminal again, in its own words;
+    # reported running again, it has no end (the server's guess was wrong).
+    was_lost = job.state == LOST
+    was_terminal = job.state in TERMINAL_STATES and not was_lost
+    if was_lost and data.state in ("pending", "running") and data.ended_at is None:
+        job.ended_at = None
     for attr, value in (("name", data.name), ("command", data.command), ("framework", data.framework),
                         ("host", data.host), ("user_name", data.user), ("node_name", data.node),
                         ("batch_size", data.batch_size), ("gpu_type_requested", data.gpu_type_requested),

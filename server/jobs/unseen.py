@@ -30,14 +30,16 @@ log = logging.getLogger(__name__)
 ACTIVE_STATES = ("pending", "running")
 
 
-def _last_seen(session: Session, job_pks: list[int] | None = None) -> list[tuple[int, datetime]]:
-    """(job pk, latest sighting of its processes) of the active jobs the agents attributed processes to."""
-    last_seen = func.max(JobGpu.last_seen_at)
-    stmt = (select(Job.id, last_seen).join(JobGpu, JobGpu.job_pk == Job.id)
+def _last_seen(session: Session, job_pks: list[int] | None = None) -> list[tuple[int, datetime, datetime]]:
+    """(job pk, latest sighting of its processes, that or its start if later) of the active jobs the agents
+    attributed processes to: a job (re)started after its last sighting has its whole timeout from its start."""
+    stmt = (select(Job.id, func.max(JobGpu.last_seen_at), func.max(Job.started_at))
+            .join(JobGpu, JobGpu.job_pk == Job.id)
             .where(Job.state.in_(ACTIVE_STATES), JobGpu.last_seen_at.is_not(None)).group_by(Job.id))
     if job_pks is not None:
         stmt = stmt.where(Job.id.in_(job_pks))
-    return [(pk, seen) for pk, seen in session.execute(stmt) if seen is not None]
+    return [(pk, seen, max(seen, started) if started is not None else seen)
+            for pk, seen, started in session.execute(stmt) if seen is not None]
 
 
 def end_unseen_jobs(session: Session, *, timeout_s: float, now: datetime | None = None) -> list[int]:
@@ -47,13 +49,13 @@ def end_unseen_jobs(session: Session, *, timeout_s: float, now: datetime | None 
         return []
     now = now or utcnow()
     cutoff = now - timedelta(seconds=timeout_s)
-    stale = [pk for pk, seen in _last_seen(session) if seen < cutoff]
+    stale = [pk for pk, _, since in _last_seen(session) if since < cutoff]
     ended = []
     for pk in stale:
         job = session.scalars(select(Job).where(Job.id == pk).with_for_update()).first()
         # Read again under the row lock: a batch committed since the first read may have seen the job.
         again = _last_seen(session, [pk])
-        if job is None or job.state not in ACTIVE_STATES or not again or again[0][1] >= cutoff:
+        if job is None or job.state not in ACTIVE_STATES or not again or again[0][2] >= cutoff:
             continue
         last_seen = again[0][1]
         job.state = LOST

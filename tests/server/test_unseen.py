@@ -102,6 +102,11 @@ def test_a_lost_job_seen_again_runs_again_and_a_scheduler_end_replaces_the_guess
     assert job["state"] == "running" and job["ended_at"] is None and job["end_reason"] is None
 
     assert len(_sweep(factory)) == 1  # lost again
+    # registered running again (a prolog re-run, `fleetprof up` restarted hours later with its demo job): no end
+    r = api.post("/api/v1/jobs", json={"job_id": "slurm:77", "state": "running", "started_at": time.time()},
+                 headers=auth(operator))
+    assert r.status_code == 200 and r.json()["ended_at"] is None and r.json()["end_reason"] is None, r.text
+    assert _sweep(factory) == []  # (re)started now: its timeout counts from its start
     r = api.post("/api/v1/jobs", json={"job_id": "slurm:77", "state": "failed", "exit_code": 3},
                  headers=auth(operator))
     assert r.status_code == 200, r.text
