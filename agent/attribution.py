@@ -32,6 +32,14 @@ K8S_POD = "k8s:pod"
 K8S_POD_RESOURCES = "k8s:pod-resources"
 
 
+def slurm_job_id(slurm_id: str) -> str | None:
+    """The job id of Slurm job `slurm_id` (SLURM_JOB_ID: for an array task its own id, not the array's):
+    `slurm:<id>`, or None when that is not a valid job id. The one rule for the agent, `fleetprof run` and the
+    Slurm prolog/epilog, so that all three name the same job."""
+    job_id = f"slurm:{slurm_id.strip()}"
+    return job_id if slurm_id.strip() and _JOB_ID_RE.match(job_id) else None
+
+
 @dataclass(frozen=True)
 class Attribution:
     job_id: str | None
@@ -114,8 +122,8 @@ class Attributor:
             return Attribution(job, ENV_JOB)
         if job:
             log.warning("pid %d: FLEETPROF_JOB_ID %r is not a valid job id; ignored", pid, job)
-        if slurm and _JOB_ID_RE.match(f"slurm:{slurm}"):
-            return Attribution(f"slurm:{slurm}", ENV_SLURM)
+        if slurm and (slurm_id := slurm_job_id(slurm)):
+            return Attribution(slurm_id, ENV_SLURM)
         return None
 
     def _from_kubernetes(self, pid: int, gpu_uuid: str | None) -> Attribution | None:

@@ -5,8 +5,10 @@ Environment prefix `FLEETPROF_`; nothing else in `agent/` reads os.environ.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,7 +41,18 @@ class AgentSettings(BaseSettings):
     hooks_level: str = "default"
     hooks_layer_every: int = 100  # per-module timing every N-th step at hooks level "default"
     hooks_alloc_trace_steps: int = 0  # CUDA allocator trace of steps 1..N, uploaded as a snapshot; 0 = off
+    # Inside a Slurm allocation (Slurm's own variable, not ours): `fleetprof run` takes slurm:<id> as its job id.
+    slurm_job_id: str | None = Field(default=None, validation_alias=AliasChoices("SLURM_JOB_ID", "slurm_job_id"))
+    # `fleetprof slurm epilog`: the token its summary reads the report with (a scheduler token: agent tokens write
+    # but cannot read reports); default FLEETPROF_TOKEN. The dashboard's URL, for the summary's link to the job.
+    slurm_report_token: str | None = None
+    dashboard_url: str | None = None
 
 
 def load_settings(**overrides: object) -> AgentSettings:
     return AgentSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def node_name(settings: AgentSettings) -> str:
+    """The name this node reports as: FLEETPROF_NODE_NAME, else the host name (agent, Slurm prolog/epilog)."""
+    return settings.node_name or socket.gethostname()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
 
 from agent.attribution import Attributor
-from agent.config import AgentSettings
+from agent.config import AgentSettings, node_name
 from agent.devices.base import Devices, DeviceUnavailableError
 from agent.recordings import RecordingError, dump_batch_line, read_recording
 from agent.sampler import Sampler
@@ -76,7 +75,7 @@ class Agent:
             raise ValueError("the agent needs a server URL (--server or FLEETPROF_SERVER_URL)")
         self.settings = settings
         self.devices = devices
-        node = settings.node_name or socket.gethostname()
+        node = node_name(settings)
         # A fresh id per start: seq restarts at 1 without colliding with batches an earlier run spooled.
         self.agent_id = f"{node}-{secrets.token_hex(4)}"
         self.samples_spooled = 0

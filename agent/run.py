@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from agent.attribution import slurm_job_id
 from agent.config import AgentSettings
 from agent.transport import Transport, TransportError
 
@@ -215,5 +216,9 @@ def _hooks_child_env() -> Callable[..., dict[str, str]] | None:
     return child_env
 
 
-def default_job_id() -> str:
+def default_job_id(settings: AgentSettings | None = None) -> str:
+    """Inside a Slurm allocation `slurm:$SLURM_JOB_ID`, the id the agent and the Slurm prolog give the job; else
+    a generated one (generate_job_id)."""
+    if settings is not None and settings.slurm_job_id and (job_id := slurm_job_id(settings.slurm_job_id)):
+        return job_id
     return generate_job_id(_user())

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("dashboard.cli", "run the Dash dashboard"),
     "agent": ("agent.cli.agent", "run the node agent (NVML sampler, spool, shipper)"),
     "run": ("agent.cli.run", "run a training command as a profiled job"),
+    "slurm": ("agent.cli.slurm", "Slurm prolog/epilog: register a job, end it with its exit status, summarize it"),
     "report": ("agent.cli.report", "print a job's characterization report"),
     "rightsizing": ("agent.cli.rightsizing", "what to request for a job or a recurring job's next run, and why"),
     "replay": ("agent.cli.replay", "send a recorded telemetry file through the ingest API"),

@@ -36,6 +36,10 @@ class ServerSettings(BaseSettings):
     rate_limit_burst: int = 1000  # requests a token may send at once before the sustained rate applies
 
     characterize_running_every_s: float = 60.0  # running jobs' reports are recomputed this often
+    # A running job whose GPU processes the agents attributed to it has not been seen for this long is ended by
+    # the server (state "lost"; server.jobs.unseen); 0 never ends one. Above the agent's batch interval and the
+    # pauses training makes off the GPU (checkpoints, evaluation on CPU); a job seen again runs again.
+    job_unseen_timeout_s: float = 900.0
     raw_retention_days: int = 30                     # raw samples older than this are dropped (rollups kept)
     estimate_timeout_s: float = 120.0                # hard ceiling for one pre-training estimate
     grid_intensity_g_per_kwh: float = 400.0  # grid carbon intensity for CO2e (g per facility kWh)

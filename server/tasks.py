@@ -59,12 +59,17 @@ def characterize_job(job_pk: int) -> bool:
 
 @shared_task(name="fleetprof.characterize_due", acks_late=True)
 def characterize_due() -> int:
-    """Beat: re-characterize running jobs periodically, and ended jobs once their late-data window closed."""
+    """Beat: end the jobs the agents no longer see, re-characterize running jobs periodically, and ended jobs once
+    their late-data window closed (a job ended now is among them: its final report)."""
     from server.jobs.report_service import jobs_due
+    from server.jobs.unseen import end_unseen_jobs
     from server.worker import session_factory
 
+    settings = get_settings()
     with session_scope(session_factory()) as session:
-        due = jobs_due(session, every_s=get_settings().characterize_running_every_s)
+        end_unseen_jobs(session, timeout_s=settings.job_unseen_timeout_s)
+    with session_scope(session_factory()) as session:
+        due = jobs_due(session, every_s=settings.characterize_running_every_s)
     queued = 0
     for job_pk in due:
         # One queued characterization per job: a slow job must not pile up a copy per sweep.

@@ -11,7 +11,8 @@ from fleetprof.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--job-id", metavar="ID", help="job id (default: <user>-<yyyymmdd-HHMMSS>-<4 hex>)")
+    parser.add_argument("--job-id", metavar="ID", help="job id (default: slurm:$SLURM_JOB_ID inside a Slurm "
+                        "allocation, else <user>-<yyyymmdd-HHMMSS>-<4 hex>)")
     parser.add_argument("--team", help="team that owns the job (default: FLEETPROF_TEAM)")
     parser.add_argument("--name", help="a human name for the job (default: the program's name)")
     parser.add_argument("--no-hooks", action="store_true", help="do not turn on the PyTorch hooks")
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
     settings = load_settings(team=args.team)
-    job_id = args.job_id or default_job_id()
+    job_id = args.job_id or default_job_id(settings)
     if args.job_id is None:
         print(f"fleetprof run: job id {job_id}", file=sys.stderr)
     result = JobRunner(settings).run(command, job_id=job_id, team=settings.team, name=args.name,

@@ -104,6 +104,9 @@ def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
     if replay:
         warnings.append(html.Div("This job's telemetry is a replay of a recording, not live NVML.",
                                  className="notice"))
+    if job.get("end_reason"):  # state "lost": the server ended it, nobody reported how it ended
+        warnings.append(html.Div([html.B("Ended by the server: "), job["end_reason"]], className="notice",
+                                 id="job-end-reason"))
     return [*warnings, meta, kpis]
 
 

@@ -10,7 +10,7 @@ from dash import Input, Output, State, dcc, html
 
 
 PAGE_SIZE = 50
-STATES = ("pending", "running", "finished", "failed", "killed", "oom")
+STATES = ("pending", "running", "finished", "failed", "killed", "oom", "lost")
 WINDOWS = (("any time", ""), ("last hour", "3600"), ("last 24 hours", "86400"), ("last 7 days", "604800"),
            ("last 30 days", "2592000"))
 

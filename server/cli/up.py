@@ -53,6 +53,7 @@ def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyp
     from server.db import make_engine, make_sessionmaker, session_scope
     from server.fleet.service import RECENT_HOURS, backlog_spans, rollup_hours
     from server.jobs.report_service import characterize_job_pk, jobs_due
+    from server.jobs.unseen import end_unseen_jobs
     from server.storage.partitions import apply_retention
 
     engine = make_engine(settings)
@@ -68,6 +69,7 @@ def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyp
                 if now - last_retention > 3600:
                     apply_retention(session, now=now, raw_retention_days=settings.raw_retention_days)
                     last_retention = now
+                end_unseen_jobs(session, timeout_s=settings.job_unseen_timeout_s)
                 due = jobs_due(session, every_s=settings.characterize_running_every_s)
             for job_pk in due:
                 characterize_job_pk(factory, job_pk, settings)

@@ -25,6 +25,7 @@ from server.fleet.service import note_late_samples
 from server.ingest.bulk import insert_ignore
 from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
+from server.jobs import unseen
 from server.models import (TERMINAL_STATES, Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node,
                            ProcessSample)
 from server.models.base import from_epoch, utcnow
@@ -183,13 +184,17 @@ def _ingest_processes(session: Session, batch: SampleBatch, gpu_ids: dict[str, i
         seen[(job_id, gpu_id)] = (min(lo, ts), max(hi, ts))
     for (job_id, gpu_id), (lo, hi) in seen.items():
         job = job_service.get_or_create_observed(session, job_id=job_id, node=batch.node, seen_at=lo)
+        first, last = from_epoch(lo), from_epoch(hi)
+        assert first is not None and last is not None
+        unseen.reopen_if_seen(job, last)
         link = session.scalars(select(JobGpu).where(JobGpu.job_pk == job.id, JobGpu.gpu_id == gpu_id)).first()
         if link is None:
-            session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, first_seen_at=from_epoch(lo), last_seen_at=from_epoch(hi),
-                               source="process"))
-        elif link.source == "process":
-            link.first_seen_at = min(link.first_seen_at or from_epoch(lo), from_epoch(lo))  # type: ignore[type-var]
-            link.last_seen_at = max(link.last_seen_at or from_epoch(hi), from_epoch(hi))  # type: ignore[type-var]
+            session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, first_seen_at=first, last_seen_at=last, source="process"))
+            continue
+        if link.source == "process":  # a registered link's window is the job's own start and end
+            link.first_seen_at = min(link.first_seen_at or first, first)
+        # Every link says when the job's processes were last seen on it: server.jobs.unseen ends the jobs not seen.
+        link.last_seen_at = max(link.last_seen_at or last, last)
 
 
 def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, now: float,

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.protocol import JobId, Timestamp
 
-JobState = Literal["pending", "running", "finished", "failed", "killed", "oom"]
+JobState = Literal["pending", "running", "finished", "failed", "killed", "oom", "lost"]
 
 
 class JobCreate(BaseModel):
@@ -58,6 +58,8 @@ class JobRead(BaseModel):
     duration_s: float | None
     gpu_uuids: list[str]
     metadata: dict[str, Any]
+    end_reason: str | None = Field(default=None, description="why the server ended the job (state `lost`); "
+                                   "null when whoever ran it reported its end")
 
 
 class JobAck(BaseModel):

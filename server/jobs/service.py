@@ -16,6 +16,10 @@ from server.jobs.schemas import JobCreate, JobRead
 from server.models import TERMINAL_STATES, Gpu, Job, JobGpu
 from server.models.base import from_epoch, to_epoch, utcnow
 
+# The key in `Job.extra` that says why the server ended a job (server.jobs.unseen); JobRead.end_reason.
+END_REASON = "end_reason"
+LOST = "lost"
+
 
 def _not_found(job_id: str) -> NotFound:
     # The same answer whether the job does not exist or belongs to another team: no existence oracle.
@@ -105,14 +109,16 @@ def mark_started(job: Job, *, ts: float, host: str | None = None, framework: str
     job.framework = job.framework or framework
 
 
+def end_state(job: Job, state: str) -> str:
+    """The state a job ends in: a failure is an out-of-memory one when the hooks reported one (an exit status, the
+    Slurm epilog's or the hooks' own, cannot tell)."""
+    return "oom" if state == "failed" and (job.extra or {}).get("oom_seen") else state
+
+
 def mark_ended(job: Job, *, ts: float, exit_code: int | None, state: str | None) -> bool:
     """Record the end; True when the job became terminal now (characterize it)."""
     was_terminal = job.state in TERMINAL_STATES
-    if state is None:
-        state = "finished" if exit_code == 0 else "failed"
-    if job.extra and job.extra.get("oom_seen") and state == "failed":
-        state = "oom"
-    job.state = state
+    job.state = end_state(job, state if state is not None else "finished" if exit_code == 0 else "failed")
     job.exit_code = exit_code if exit_code is not None else job.exit_code
     job.ended_at = from_epoch(ts)
     return not was_terminal
@@ -152,7 +158,12 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
             _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
     else:
         _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
-    was_terminal = job.state in TERMINAL_STATES
+    # A job the server ended (lost) that its scheduler now reports ended becomes terminal again, in its own words;
+    # reported running again, it has no end (the server's guess was wrong).
+    was_lost = job.state == LOST
+    was_terminal = job.state in TERMINAL_STATES and not was_lost
+    if was_lost and data.state in ("pending", "running") and data.ended_at is None:
+        job.ended_at = None
     for attr, value in (("name", data.name), ("command", data.command), ("framework", data.framework),
                         ("host", data.host), ("user_name", data.user), ("node_name", data.node),
                         ("batch_size", data.batch_size), ("gpu_type_requested", data.gpu_type_requested),
@@ -164,7 +175,7 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
     if data.ended_at is not None:
         job.ended_at = from_epoch(data.ended_at)
     if data.state is not None:
-        job.state = data.state
+        job.state = end_state(job, data.state)
         if data.state == "running" and job.started_at is None:
             job.started_at = utcnow()
         if data.state in TERMINAL_STATES and job.ended_at is None:
@@ -172,6 +183,8 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
     if job.started_at and job.ended_at and job.ended_at < job.started_at:
         raise InvalidInput("ended_at is before started_at")
     extra = dict(job.extra or {})
+    if data.state is not None and data.state != LOST:
+        extra.pop(END_REASON, None)
     if data.metadata:
         extra.update(data.metadata)
     if data.cuda_visible_devices is not None:
@@ -187,7 +200,7 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
                 session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, source="registered"))
             else:
                 link.source = "registered"
-                link.first_seen_at = link.last_seen_at = None
+                link.first_seen_at = None  # the job's start; last_seen_at still says when its processes were seen
         session.flush()
     return job, (job.state in TERMINAL_STATES and not was_terminal)
 
@@ -212,7 +225,7 @@ def to_read(job: Job, gpu_uuids: list[str], *, now: float | None = None) -> JobR
         gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, exit_code=job.exit_code,
         created_at=job.created_at.timestamp(), updated_at=job.updated_at.timestamp(), started_at=started,
         ended_at=ended, duration_s=None if started is None else max(0.0, end_or_now - started),
-        gpu_uuids=gpu_uuids, metadata=job.extra or {},
+        gpu_uuids=gpu_uuids, metadata=job.extra or {}, end_reason=(job.extra or {}).get(END_REASON),
     )
 
 

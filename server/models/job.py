@@ -8,8 +8,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from server.models.base import Base, BigId, JsonDoc, UtcDateTime, utcnow
 
-JOB_STATES = ("pending", "running", "finished", "failed", "killed", "oom")
-TERMINAL_STATES = frozenset({"finished", "failed", "killed", "oom"})
+# "lost": ended by the server, not by whoever ran the job: the agent attributed GPU processes to it and has seen
+# none for `job_unseen_timeout_s` (server.jobs.unseen; the reason is in `extra["end_reason"]`). Seen again, it runs.
+JOB_STATES = ("pending", "running", "finished", "failed", "killed", "oom", "lost")
+TERMINAL_STATES = frozenset({"finished", "failed", "killed", "oom", "lost"})
 
 
 class Job(Base):

@@ -26,3 +26,12 @@ def test_processes_section_lists_the_jobs_processes_and_co_tenants() -> None:
     assert "31.00 GiB" in text and "this job" in text and "unattributed" in text and "env:FLEETPROF_JOB_ID" in text
     empty = str(processes_section({"memory": {}}).to_plotly_json())
     assert "no per-process rows" in empty and "unknown" in empty
+
+
+def test_a_job_the_server_ended_says_why() -> None:
+    from dashboard.pages.job import summary_section
+
+    reason = "no process of this job seen on its GPUs since 2026-11-25 10:00:00 UTC (timeout 900 s)"
+    lost = str([p.to_plotly_json() for p in summary_section({"state": "lost", "end_reason": reason}, {})])
+    assert "job-end-reason" in lost and reason in lost
+    assert "job-end-reason" not in str([p.to_plotly_json() for p in summary_section({"state": "finished"}, {})])

@@ -193,3 +193,19 @@ def test_report_has_per_process_peaks_from_the_agents_process_rows(api, make_tok
     assert rows[("GPU-node-p-0", 777)]["job_id"] is None and rows[("GPU-node-p-0", 4100)]["job_id"] == "proc-job"
     assert rows[("GPU-node-p-0", 777)]["first_seen"] == pytest.approx(t0 + 5, abs=1e-3)
     assert report["sources"]["memory.process_peak_bytes"].startswith("nvml")
+
+
+def test_an_end_reported_as_failed_is_oom_when_the_hooks_saw_one(api, make_token):
+    """The Slurm epilog knows an exit status only: a job whose hooks reported CUDA out of memory ends 'oom', as it
+    did when the hooks themselves reported the end (before, a registration's 'failed' stayed 'failed')."""
+    from agent.protocol import PROTOCOL_VERSION
+
+    team, agent = make_token("team", team="vision"), make_token("agent", node="node-o")
+    now = time.time()
+    assert api.post("/api/v1/jobs", json={"job_id": "slurm:55", "team": "vision", "state": "running", "node": "node-o"},
+                    headers=auth(agent)).status_code == 200
+    events = {"protocol_version": PROTOCOL_VERSION, "source_id": "hooks-55", "seq": 0, "sent_at": now,
+              "events": [{"kind": "oom", "job_id": "slurm:55", "ts": now, "message": "CUDA out of memory"}]}
+    assert api.post("/api/v1/ingest/events", json=events, headers=auth(team)).status_code == 200
+    r = api.post("/api/v1/jobs", json={"job_id": "slurm:55", "state": "failed", "exit_code": 1}, headers=auth(agent))
+    assert r.status_code == 200 and r.json()["state"] == "oom", r.text

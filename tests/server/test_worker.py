@@ -113,3 +113,41 @@ def test_beat_rollup_fans_out_one_task_per_gpu_range_to_a_real_worker(server_set
     assert rows() == fanned_out
     engine.dispose()
     assert worker.poll() is None, "worker died"
+
+
+def test_the_beat_ends_a_job_no_longer_seen_and_a_real_worker_reports_it(server_settings, redis_url, make_token,
+                                                                         worker):
+    """fleetprof.characterize_due (the beat, every minute) ends the job whose processes the agent last saw an hour
+    ago (server.jobs.unseen) and queues its characterization: the worker stores its final report, state lost."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import create_engine, select
+
+    from server.app import create_app
+    from server.models import Job, Report
+    from server.worker import create_celery_app
+
+    settings = server_settings.model_copy(update={"broker_url": redis_url})
+    t0 = time.time() - 3600
+    batch = sample_batch(node="node-b", n=30, gpus=1, t0=t0)
+    batch["processes"] = {"ts": batch["samples"]["ts"], "gpu_uuid": batch["samples"]["gpu_uuid"],
+                          "pid": [99] * 30, "used_memory_bytes": [2**30] * 30, "job_id": ["k8s:pod-gone"] * 30,
+                          "attribution": ["k8s:pod"] * 30}
+    with TestClient(create_app(settings)) as api:
+        assert api.post("/api/v1/ingest/samples", json=batch,
+                        headers=auth(make_token("agent", node="node-b"))).status_code == 200
+    create_celery_app(settings).send_task("fleetprof.characterize_due")
+    engine = create_engine(settings.database_url)
+    deadline = time.monotonic() + 60
+    data = None
+    while time.monotonic() < deadline and data is None:
+        time.sleep(0.5)
+        with engine.connect() as conn:
+            data = conn.execute(select(Report.data).join(Job, Job.id == Report.job_pk)
+                                .where(Job.job_id == "k8s:pod-gone")).scalar()
+    with engine.connect() as conn:
+        state, ended = conn.execute(select(Job.state, Job.ended_at).where(Job.job_id == "k8s:pod-gone")).one()
+    engine.dispose()
+    assert state == "lost" and ended.timestamp() == pytest.approx(t0 + 29, abs=1e-3)
+    assert data is not None, "the worker did not store a report"
+    assert data["state"] == "lost" and data["duration_s"] == pytest.approx(29, abs=0.01)
+    assert worker.poll() is None, "worker died"
