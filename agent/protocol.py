@@ -10,7 +10,7 @@ Units are in every name. Energy is the NVML total-energy counter converted from 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -219,7 +219,7 @@ class OomEvent(_EventBase):
 
 
 Event = Annotated[
-    Union[JobStartEvent, JobEndEvent, StepEvent, LayerEvent, OomEvent], Field(discriminator="kind")
+    JobStartEvent | JobEndEvent | StepEvent | LayerEvent | OomEvent, Field(discriminator="kind")
 ]
 
 

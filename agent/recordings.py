@@ -25,12 +25,12 @@ from zoneinfo import ZoneInfo
 
 from agent.protocol import (
     PROTOCOL_VERSION,
+    SAMPLE_FIELDS,
     GpuInfo,
     NodeInfo,
     ProcessColumns,
     SampleBatch,
     SampleColumns,
-    SAMPLE_FIELDS,
 )
 
 MIB = 1 << 20
@@ -162,7 +162,7 @@ def _read_smi(lines: list[str], tz: ZoneInfo) -> Recording:
             continue
         if len(cells) != len(header):
             raise RecordingError(f"line {lineno}: {len(cells)} cells but the header has {len(header)}")
-        rec = {name: (cell, unit) for (name, unit), cell in zip(header, cells)}
+        rec = {name: (cell, unit) for (name, unit), cell in zip(header, cells, strict=True)}
         try:
             ts = _parse_timestamp(rec["timestamp"][0], tz)
         except ValueError as exc:
@@ -220,7 +220,7 @@ def _read_fleetprof(lines: list[str]) -> Recording:
             gpus[g.uuid] = g
         cols = batch.samples
         present = [(name, getattr(cols, name)) for name, _ in SAMPLE_FIELDS if getattr(cols, name) is not None]
-        for i, (ts, uuid) in enumerate(zip(cols.ts, cols.gpu_uuid)):
+        for i, (ts, uuid) in enumerate(zip(cols.ts, cols.gpu_uuid, strict=True)):
             values: dict[str, Any] = {name: col[i] for name, col in present}
             if cols.healthy is not None:
                 values["healthy"] = cols.healthy[i]  # a GPU recorded as lost replays as lost

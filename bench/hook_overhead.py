@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                     off = [[t[k] for t in b] for b in blocks["off"]]
                     on = [[t[k] for t in b] for b in blocks[label]]
                     # paired per round, so that slow drifts of the machine cancel out
-                    med = statistics.median(statistics.median(a) / statistics.median(b) for a, b in zip(on, off))
-                    mean = statistics.median(statistics.fmean(a) / statistics.fmean(b) for a, b in zip(on, off))
+                    med = statistics.median(statistics.median(a) / statistics.median(b) for a, b in zip(on, off, strict=True))
+                    mean = statistics.median(statistics.fmean(a) / statistics.fmean(b) for a, b in zip(on, off, strict=True))
                     row += [statistics.median(x for b in off for x in b), statistics.median(x for b in on for x in b),
                             100 * (med - 1), 100 * (mean - 1)]
                 rows.append(row)

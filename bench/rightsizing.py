@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.characterize import synthetic_job  # noqa: E402
+from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.analysis.characterize import ANALYZER_VERSION, characterize  # noqa: E402
 from server.auth.service import create_token  # noqa: E402
-from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.migrate import upgrade  # noqa: E402

@@ -12,6 +12,7 @@ against under 0.1 s in SVG. Browsers also cap a page's WebGL contexts (about 16)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 import numpy as np
@@ -151,7 +152,7 @@ def histogram_quantile(edges: Sequence[float], counts: Sequence[int], total: int
     """The q-quantile read off binned counts (linear within the bin); None when it lies past the last bin."""
     target = q * total
     seen = 0.0
-    for lo, hi, c in zip(edges[:-1], edges[1:], counts):
+    for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True):
         if c and seen + c >= target:
             return lo + (hi - lo) * (target - seen) / c
         seen += c
@@ -348,9 +349,9 @@ def relayout_range(relayout: dict[str, Any] | None) -> tuple[float, float] | Non
 def _to_epoch_s(value: Any) -> float:
     if isinstance(value, (int, float)):
         return float(value) / 1000.0
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     text = str(value).replace("T", " ")
     fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S" if text.count(":") == 2 else \
         "%Y-%m-%d %H:%M" if ":" in text else "%Y-%m-%d"
-    return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()

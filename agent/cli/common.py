@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fleetprof.errors import CliError
-
 from agent.config import load_settings
 from agent.transport import Transport
+from fleetprof.errors import CliError
 
 
 def client_transport(server_url: str | None = None, token: str | None = None, *, timeout_s: float = 60.0) -> Transport:

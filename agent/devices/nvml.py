@@ -258,7 +258,7 @@ class NvmlDevices(Devices):
         except nvml.NVMLError as exc:
             log.info("NVML event sets unavailable, XID errors will be null: %s", exc)
             return
-        for ident, handle in zip(self._ids, self._handles):
+        for ident, handle in zip(self._ids, self._handles, strict=True):
             if ident.mig_parent_uuid is not None:
                 continue
             try:
@@ -394,7 +394,7 @@ class NvmlDevices(Devices):
         if values is None:
             return
         success, value = self._success, self._field_value
-        for (name, attr, _), fv in zip(scalars, values):
+        for (name, attr, _), fv in zip(scalars, values, strict=False):
             if fv.nvmlReturn == success:
                 v = value(fv)
                 setattr(r, attr, None if v is None else int(v))

@@ -8,7 +8,6 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd_momentum", "adagrad", "rmsprop")
 PRECISIONS = (("fp32", "fp32"), ("AMP fp16", "amp_fp16"), ("AMP bf16", "amp_bf16"))
 
@@ -137,4 +136,5 @@ def register_callbacks(app: dash.Dash) -> None:
 
 def register_pages() -> None:
     """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
-    dash.register_page(__name__, path="/estimate", name="Estimator", title="fleetprof · estimator", order=3, layout=layout)
+    dash.register_page(__name__, path="/estimate", name="Estimator", title="fleetprof · estimator", order=3,
+                       layout=layout)

@@ -7,7 +7,6 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
 _GRAPH_CONFIG = {"displaylogo": False}
 
@@ -76,7 +75,8 @@ def wasteful_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
     from dashboard.components import job_link
 
     return [[job_link(j["job_id"]), fmt.text(j.get("team")), fmt.count(_first(j, "gpus", "gpu_count"), "GPUs"),
-             fmt.fraction_pct(j.get("gpu_busy_fraction")) if "gpu_busy_fraction" in j else fmt.pct(j.get("gpu_mean_pct")),
+             fmt.fraction_pct(j.get("gpu_busy_fraction")) if "gpu_busy_fraction" in j
+             else fmt.pct(j.get("gpu_mean_pct")),
              fmt.hours(j.get("wasted_gpu_hours")),
              fmt.gib(_first(j, "memory_stranded_bytes", "stranded_memory_bytes")),
              fmt.energy(j.get("idle_energy_j"))] for j in jobs]

@@ -70,7 +70,8 @@ def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
     meta = table(["name", "team", "state", "node", "GPUs", "started", "ended", "duration", "analyzed"], [[
         fmt.text(job.get("name")), fmt.text(job.get("team")), job.get("state", fmt.UNKNOWN), fmt.text(job.get("node")),
         fmt.count(len(job.get("gpu_uuids") or [])), fmt.timestamp(job.get("started_at")),
-        fmt.timestamp(job.get("ended_at")), fmt.seconds(job.get("duration_s")), fmt.timestamp(report.get("analyzed_at")),
+        fmt.timestamp(job.get("ended_at")), fmt.seconds(job.get("duration_s")),
+        fmt.timestamp(report.get("analyzed_at")),
     ]], id="job-meta")
     replay = (job.get("metadata") or {}).get("replay")
     kpis = html.Div([
@@ -215,7 +216,8 @@ def optimization_section(report: dict[str, Any]) -> html.Section | None:
         parts += [html.H4("Fragmentation findings"),
                   table(["finding", "why", "waste", "saving"],
                         [[fmt.text(f.get("summary")), fmt.text(f.get("reason")),
-                          by_suffix("waste_bytes", f.get("waste_bytes")), by_suffix("saving_bytes", f.get("saving_bytes"))]
+                          by_suffix("waste_bytes", f.get("waste_bytes")),
+                          by_suffix("saving_bytes", f.get("saving_bytes"))]
                          for f in findings], id="job-fragmentation-findings")]
     for name, plan in opt.items():  # parts this page does not know yet: their fields, units from the names
         if name in ("offset_plan", "swap_plan", "fragmentation", "source", "notes") or not plan:

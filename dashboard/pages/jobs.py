@@ -8,7 +8,6 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-
 PAGE_SIZE = 50
 STATES = ("pending", "running", "finished", "failed", "killed", "oom")
 WINDOWS = (("any time", ""), ("last hour", "3600"), ("last 24 hours", "86400"), ("last 7 days", "604800"),

@@ -144,8 +144,10 @@ def _pair_events(
         "stream": np.asarray(stream_out, np.int64),
     }
     start_t, end_t = (float(seq_t[0]), float(seq_t[-1])) if n else (0.0, 0.0)
-    arrays["alloc_t"] = np.where(arrays["alloc_seq"] >= 0, seq_t[np.maximum(arrays["alloc_seq"], 0)], start_t) if n else np.zeros(0)
-    arrays["free_t"] = np.where(arrays["free_seq"] < n, seq_t[np.minimum(arrays["free_seq"], n - 1)], end_t) if n else np.zeros(0)
+    arrays["alloc_t"] = (np.where(arrays["alloc_seq"] >= 0, seq_t[np.maximum(arrays["alloc_seq"], 0)], start_t)
+                         if n else np.zeros(0))
+    arrays["free_t"] = (np.where(arrays["free_seq"] < n, seq_t[np.minimum(arrays["free_seq"], n - 1)], end_t)
+                        if n else np.zeros(0))
     return arrays, notes
 
 
@@ -261,7 +263,8 @@ def from_allocator_events(events: Sequence[Mapping[str, Any]]) -> AllocationTrac
     if not ts:
         raise ValueError("no alloc/free events")
     t = np.maximum.accumulate(np.asarray(ts))
-    arrays, notes = _pair_events(t, np.asarray(addrs, np.int64), np.asarray(nbytes, np.int64), np.asarray(streams, np.int64))
+    arrays, notes = _pair_events(t, np.asarray(addrs, np.int64), np.asarray(nbytes, np.int64),
+                                 np.asarray(streams, np.int64))
     return AllocationTrace(
         **arrays,
         time_unit_s=1e-6,

@@ -220,7 +220,7 @@ def rank_stragglers(rank: np.ndarray, wall_s: np.ndarray, *, tol: float = 0.1) -
     slow = medians > (1.0 + tol) * job_median
     out["stragglers"] = [
         {"rank": int(r), "median_step_s": float(m), "slowdown_fraction": float(m / job_median - 1.0)}
-        for r, m in zip(ranks[slow], medians[slow])
+        for r, m in zip(ranks[slow], medians[slow], strict=True)
     ]
     return out
 

@@ -77,7 +77,7 @@ def open_trace(source: str | Path | bytes | IO[bytes], *, max_bytes: int | None 
     `TraceTooLargeError`; `.bytes_read` says how much was read.
     """
     if isinstance(source, (str, Path)):
-        raw: IO[bytes] = open(source, "rb")
+        raw: IO[bytes] = open(source, "rb")  # noqa: SIM115 - returned open; closing the result closes it
     elif isinstance(source, (bytes, bytearray, memoryview)):
         raw = io.BytesIO(bytes(source))
     else:

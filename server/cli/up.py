@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     if settings.embedded:
         start(_periodic, stop, settings, name="periodic")
 
-    lines = [f"fleetprof is up ({'embedded: SQLite under ' + str(settings.data_dir) if settings.embedded else 'postgres'})",
+    mode = f"embedded: SQLite under {settings.data_dir}" if settings.embedded else "postgres"
+    lines = [f"fleetprof is up ({mode})",
              f"  API:        {base_url}   (OpenAPI docs: {base_url}/docs)"]
     if not args.no_dashboard:
         try:

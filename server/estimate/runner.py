@@ -21,7 +21,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from server.estimate.errors import (
-    ERROR_KINDS, EstimateCrashError, EstimateError, EstimateTimeoutError,
+    ERROR_KINDS,
+    EstimateCrashError,
+    EstimateError,
+    EstimateTimeoutError,
 )
 from server.estimate.schemas import EstimateRequest
 

@@ -57,7 +57,7 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
     row_of = np.full(max((g.gpu_id for g in gpus), default=0) + 1, -1)
     row_of[[g.gpu_id for g in gpus]] = np.arange(len(gpus))
     util = np.full((len(gpus), len(hours)), np.nan)
-    for r, c in zip(hour_rows, col):
+    for r, c in zip(hour_rows, col, strict=True):
         if r.gpu_ids:
             util[row_of[np.array(r.gpu_ids)], c] = np.array(r.util_pct, dtype=np.float64)
     by_source_j = {k: _nullable(v) for k, v in by_source.items()}
@@ -169,7 +169,7 @@ def _nullable(values: np.ndarray) -> list[Any]:
 
 def _hour_source(values: list[float | None], names: list[str]) -> str | None:
     """The one source of an hour's energy, "mixed" when several contributed, None when the hour has none."""
-    present = {n for n, v in zip(names, values) if v is not None}
+    present = {n for n, v in zip(names, values, strict=True) if v is not None}
     if not present:
         return None
     return present.pop() if len(present) == 1 else "mixed"

@@ -25,9 +25,20 @@ from sqlalchemy.orm import Session
 
 from server.analysis import characterize as characterize_mod
 from server.analysis.energy import IDLE_UTIL_PCT
-from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
-                                   attribution_weights, group_figures, gpus_now, job_figures,
-                                   job_fleet_row, reduce_hours, sample_terms, summary_from_totals)
+from server.analysis.fleet import (
+    ENERGY_SOURCE,
+    ENERGY_SOURCES,
+    ROLLUP_FIELDS,
+    attributed_rollup,
+    attribution_weights,
+    gpus_now,
+    group_figures,
+    job_figures,
+    job_fleet_row,
+    reduce_hours,
+    sample_terms,
+    summary_from_totals,
+)
 from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel
 from server.ingest.bulk import insert_ignore
 from server.jobs.report_service import link_window
@@ -321,7 +332,7 @@ def job_rows(session: Session, since: datetime, *, limit: int | None = None) -> 
     if limit is not None:
         query = query.order_by(Job.id.desc()).limit(limit)
     parsed = [(pk, orjson.loads(row) if row is not None else None) for pk, row in session.execute(query).all()]
-    out: dict[int, dict[str, Any]] = {pk: r for pk, r in parsed if r is not None and FLEET_ROW_KEYS <= r.keys()}
+    out: dict[int, dict[str, Any]] = {pk: r for pk, r in parsed if r is not None and r.keys() >= FLEET_ROW_KEYS}
     out.update(_rows_from_documents(session, [pk for pk, _ in parsed if pk not in out]))
     return [out[pk] for pk, _ in parsed if pk in out]
 
@@ -375,7 +386,8 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
     row = session.execute(select(func.sum(GpuHourly.covered_s), func.sum(GpuHourly.busy_s),
                                  func.sum(GpuHourly.util_busy_s), func.sum(GpuHourly.energy_j)).where(hours)).one()
     totals = {"gpus": int(gpus_read.result() or 0), "covered_s": float(row[0] or 0.0),
-              **{k: None if v is None else float(v) for k, v in zip(("busy_s", "util_busy_s", "energy_j"), row[1:])}}
+              **{k: None if v is None else float(v)
+                 for k, v in zip(("busy_s", "util_busy_s", "energy_j"), row[1:], strict=True)}}
     out = summary_from_totals(totals, window_s=window_s, gpus_now=now_read.result(),
                               jobs=jobs_read.result())
     out["window_s"] = window_s

@@ -66,7 +66,7 @@ def _insert_select(cur, table: Table, names: Sequence[str], columns: Sequence[Se
                        for i, name in enumerate(names))
     refs = [f"c{i}" for i in range(len(names))]
     select_list = ", ".join(f"to_timestamp({ref})" if name in time_columns else ref
-                            for name, ref in zip(names, refs))
+                            for name, ref in zip(names, refs, strict=True))
     sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {select_list} "
            f"FROM unnest({arrays}) AS r({', '.join(refs)})")
     cur.execute(sql + (" ON CONFLICT DO NOTHING" if on_conflict_do_nothing else ""), params)
@@ -105,9 +105,9 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
         # from_epoch: rounded as Postgres rounds, and as every other timestamp (job windows) is converted
         [from_epoch(v) for v in col] if name in time_columns
         else col
-        for name, col in zip(names, columns)
+        for name, col in zip(names, columns, strict=True)
     ]
-    for values in zip(*converted):
-        rows.append(dict(zip(names, values)))
+    for values in zip(*converted, strict=True):
+        rows.append(dict(zip(names, values, strict=True)))
     result = session.execute(insert(table).prefix_with("OR IGNORE"), rows)
     return result.rowcount if result.rowcount is not None and result.rowcount >= 0 else n

@@ -16,7 +16,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from agent.protocol import (
-    SAMPLE_FIELDS, EventBatch, JobEndEvent, JobStartEvent, LayerEvent, OomEvent, SampleBatch, StepEvent,
+    SAMPLE_FIELDS,
+    EventBatch,
+    JobEndEvent,
+    JobStartEvent,
+    LayerEvent,
+    OomEvent,
+    SampleBatch,
+    StepEvent,
 )
 from server.auth.service import Principal, require_node
 from server.db import dialect_insert, is_postgres
@@ -25,8 +32,18 @@ from server.fleet.service import note_late_samples
 from server.ingest.bulk import insert_ignore
 from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
-from server.models import (TERMINAL_STATES, Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node,
-                           ProcessSample)
+from server.models import (
+    TERMINAL_STATES,
+    Gpu,
+    GpuSample,
+    IngestBatch,
+    JobEvent,
+    JobGpu,
+    JobStep,
+    LayerStat,
+    Node,
+    ProcessSample,
+)
 from server.models.base import from_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -93,7 +110,7 @@ def prepare_samples(session: Session | None, batch: SampleBatch, *, principal: P
                                f"in `gpus`")
     healthy: dict[str, bool] = {}
     if cols.healthy is not None:
-        for uuid, ok in zip(cols.gpu_uuid, cols.healthy):
+        for uuid, ok in zip(cols.gpu_uuid, cols.healthy, strict=True):
             healthy[uuid] = ok  # the last value in the batch wins
     try:
         gpu_ids = sync_node(session, cache, node=batch.node, agent_id=batch.agent_id, source=batch.source,
@@ -176,7 +193,7 @@ def _ingest_processes(session: Session, batch: SampleBatch, gpu_ids: dict[str, i
                   [gpu_col, p.ts, p.pid, p.used_memory_bytes, p.job_id, attribution])
     # Attribution over time: extend each (job, GPU) interval to cover what this batch saw.
     seen: dict[tuple[str, int], tuple[float, float]] = {}
-    for job_id, gpu_id, ts in zip(p.job_id, gpu_col, p.ts):
+    for job_id, gpu_id, ts in zip(p.job_id, gpu_col, p.ts, strict=True):
         if job_id is None:
             continue
         lo, hi = seen.get((job_id, gpu_id), (ts, ts))

@@ -76,7 +76,7 @@ class SampleWriter:
             for one in group:
                 self._write([one], retry=False)
             return
-        for (_, future), result in zip(group, results):
+        for (_, future), result in zip(group, results, strict=True):
             future.set_result(result)
 
     def _run(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -153,7 +153,7 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
             until: float | None) -> dict[str, list[SeriesOut]]:
     """Per metric (-> its points budget), the job's per-GPU series; each GPU's samples are read once for all."""
     out: dict[str, list[SeriesOut]] = {m: [] for m in points}
-    now_dt = datetime.now(timezone.utc)
+    now_dt = datetime.now(UTC)
     # A finished job's whole-range view comes from its stored plot views, exactly as the samples would give it.
     stored = report_service.final_plot_views(session, job) if since is None and until is None else None
     reads = []
@@ -200,16 +200,16 @@ class TimeseriesBatchOut(BaseModel):
             summary="Several downsampled per-GPU series at once: each GPU's samples are read once for all")
 def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: SessionDep,
                          metric: Annotated[list[str], Query(description="repeated: metric=power_w&metric=...")],
-                         points: Annotated[list[int],  # noqa: B006 - FastAPI copies defaults
+                         points: Annotated[list[int],
                                            Query(description="one budget for all, or one per metric: "
-                                                             + POINTS_DOC)] = [1000],
+                                                             + POINTS_DOC)] = [1000],  # noqa: B006 - FastAPI deep-copies defaults
                          since: float | None = None, until: float | None = None) -> TimeseriesBatchOut:
     unknown = [m for m in metric if m not in TIMESERIES_METRICS]
     if unknown or not metric or len(set(metric)) != len(metric) or len(metric) > 8:
         raise InvalidInput(f"metric: up to 8 distinct of {', '.join(TIMESERIES_METRICS)}")
     if len(points) not in (1, len(metric)) or not all(10 <= p <= 20_000 for p in points):
         raise InvalidInput("points: one value, or one per metric, each 10 to 20000")
-    budgets = dict(zip(metric, points * len(metric) if len(points) == 1 else points))
+    budgets = dict(zip(metric, points * len(metric) if len(points) == 1 else points, strict=True))
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     series = _series(session, job, budgets, since, until)
     return TimeseriesBatchOut(job_id=job.job_id, metrics={

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
@@ -34,13 +34,13 @@ class UtcDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime: fleetprof stores UTC only")
-        value = value.astimezone(timezone.utc)
+        value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -48,14 +48,14 @@ class Base(DeclarativeBase):
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # Postgres' to_timestamp(float8) shifts to its 2000 epoch before scaling to microseconds; Python's own
 # fromtimestamp scales first. The two can round one float to different microseconds, which put a sample stored
 # through SQL 1 us outside a window computed in Python. Every conversion here uses Postgres' rule.
 _PG_EPOCH_S = 946_684_800
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch_us(ts: float) -> int:

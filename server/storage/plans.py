@@ -203,7 +203,8 @@ def summarize(plan_json: Sequence[Mapping[str, Any]] | Mapping[str, Any], catalo
                                   if "Shared Hit Blocks" in node else None)))
     return PlanSummary(
         scans=tuple(scans), execution_ms=doc.get("Execution Time"), planning_ms=doc.get("Planning Time"),
-        shared_hit_blocks=int(top.get("Shared Hit Blocks", 0)), shared_read_blocks=int(top.get("Shared Read Blocks", 0)),
+        shared_hit_blocks=int(top.get("Shared Hit Blocks", 0)),
+        shared_read_blocks=int(top.get("Shared Read Blocks", 0)),
         temp_blocks=int(top.get("Temp Read Blocks", 0)) + int(top.get("Temp Written Blocks", 0)),
         subplans_removed=removed, raw=dict(doc))
 

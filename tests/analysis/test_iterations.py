@@ -5,7 +5,11 @@ import pandas as pd
 import pytest
 
 from server.analysis.iterations import (
-    cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period,
+    cross_check,
+    detect_period,
+    input_stalls,
+    rank_stragglers,
+    telemetry_period,
 )
 from server.analysis.jobdata import GpuSeries
 
