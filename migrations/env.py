@@ -14,7 +14,7 @@ target_metadata = Base.metadata
 PARTITION = re.compile(r"_p\d{8}$")
 
 
-def include_name(name, type_, parent_names):  # type: ignore[no-untyped-def]
+def include_name(name, type_, parent_names):
     """Daily partitions (created at run time by server/storage/partitions.py) are not part of the schema."""
     return not (type_ == "table" and name and PARTITION.search(name))
 

@@ -18,7 +18,7 @@ characterization reports, right-sizing and pre-training estimates. Authenticate 
 (`fleetprof token create`). Units are in every field name; unknown values are `null`."""
 
 
-def _broker_check(settings: ServerSettings):  # type: ignore[no-untyped-def]
+def _broker_check(settings: ServerSettings):
     if not settings.broker_url:
         return None
 
@@ -40,17 +40,17 @@ class ObserveMiddleware:
 
     HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
 
-    def __init__(self, app, latency) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, app, latency) -> None:
         self.app = app
         self.latency = latency
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
 
-        async def send_with_headers(message) -> None:  # type: ignore[no-untyped-def]
+        async def send_with_headers(message) -> None:
             if message["type"] == "http.response.start":
                 names = {k for k, _ in message.get("headers", [])}
                 message["headers"] = list(message.get("headers", [])) + [h for h in self.HEADERS if h[0] not in names]
@@ -138,7 +138,7 @@ def _document_protocol_bodies(app: FastAPI) -> None:
 
     generate = app.openapi
 
-    def openapi() -> dict:  # type: ignore[type-arg]
+    def openapi() -> dict:
         if app.openapi_schema is None:
             doc = generate()
             schemas = doc.setdefault("components", {}).setdefault("schemas", {})

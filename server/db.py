@@ -23,7 +23,7 @@ def make_engine(settings: ServerSettings) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_conn, _record):
             # WAL lets the dashboard read while ingest writes; foreign keys are off by default in SQLite.
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -64,19 +64,19 @@ def is_postgres(engine_or_session: Engine | Session) -> bool:
     return bind.dialect.name == "postgresql"
 
 
-def dialect_insert(session: Session):  # type: ignore[no-untyped-def]
+def dialect_insert(session: Session):
     """INSERT with ON CONFLICT for this session's dialect (Postgres or SQLite)."""
     return pg_insert if is_postgres(session) else sqlite_insert
 
 
-def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]
+def epoch_column(session: Session, column):
     """A timestamp column as float seconds since epoch, per dialect."""
     if is_postgres(session):
         return literal_column(f"extract(epoch from {column.name})::float8")
     return (func.julianday(column) - 2440587.5) * 86400.0
 
 
-def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:
     """The result of `stmt` (numeric or null columns) as a float64 array, null as NaN. Postgres: through
     COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU series is 86,400 rows: building Python tuples for
     them cost ~10x more); SQLite: through rows."""

@@ -25,7 +25,7 @@ class _Pending:
         self.key = f"{settings.queue_name}:characterize-pending:{job_pk}"
         self.url = settings.broker_url
 
-    def _redis(self):  # type: ignore[no-untyped-def]
+    def _redis(self):
         import redis
 
         return redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)

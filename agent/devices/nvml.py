@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeVar
 
 from agent.devices.base import (
@@ -101,13 +100,15 @@ class NvmlDevices(Devices):
 
     source = "nvml"
 
-    def __init__(self, nvml: ModuleType | Any | None = None, *, xid_events: bool = True,
+    def __init__(self, nvml: Any = None, *, xid_events: bool = True,
                  clock: Callable[[], float] = time.monotonic):
+        # `nvml`: the pynvml module or a test double of it (untyped: pynvml ships no type hints)
         if nvml is None:
             try:
-                import pynvml as nvml  # lazy: nodes without the agent extra can still import agent/
+                import pynvml  # lazy: nodes without the agent extra can still import agent/
             except ImportError as exc:
                 raise DeviceUnavailableError("nvidia-ml-py is not installed (pip install 'fleetprof[agent]')") from exc
+            nvml = pynvml
         self._nvml = nvml
         self._clock = clock
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}

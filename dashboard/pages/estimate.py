@@ -114,7 +114,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   State("est-seq-len", "value"), State("est-batch", "value"), State("est-optimizer", "value"),
                   State("est-precision", "value"), State("est-accum", "value"), State("est-options", "value"),
                   State("est-gpus", "value"), State("auth", "data"), prevent_initial_call=True)
-    def _estimate(n: int, source: str, model: str, shape: str, seq_len: int, batch: int,  # type: ignore[no-untyped-def]
+    def _estimate(n: int, source: str, model: str, shape: str, seq_len: int, batch: int,
                   optimizer: str, precision: str, accum: int, options: list[str], gpus: str,
                   auth: dict[str, Any] | None):
         if not n:

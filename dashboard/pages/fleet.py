@@ -101,7 +101,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   Output("fleet-idle", "children"), Output("fleet-updated", "children"),
                   Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"),
                   Output("fleet-headroom", "figure"), *inputs)
-    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):
         """The whole page from three API calls made at once."""
         if (msg := _need_operator(auth)) is not None:
             empty = figures.empty_figure("operator token needed")

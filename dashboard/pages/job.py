@@ -358,7 +358,7 @@ def register_callbacks(app: dash.Dash) -> None:
     @app.callback(Output("job-summary", "children"), Output("job-details", "children"),
                   Output("job-title", "children"), Output("job-layer-bars", "figure"),
                   Input("job-id", "data"), Input("auth", "data"))
-    def _report(job_id: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _report(job_id: str, auth: dict[str, Any] | None):
         from dashboard.format import text
 
         try:
@@ -383,7 +383,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-memory", "figure"), Output("job-power", "figure"), Output("job-util", "figure"),
                   Output("job-step-hist", "figure"), Input("job-view", "data"), State("auth", "data"))
-    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):
         """The time plots and step times for the view's range (the whole job when not zoomed)."""
         if not view or not view.get("job_id"):
             raise PreventUpdate
@@ -423,7 +423,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-download", "data"), Input("job-download-button", "n_clicks"), State("job-id", "data"),
                   State("auth", "data"), prevent_initial_call=True)
-    def _download(n: int, job_id: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _download(n: int, job_id: str, auth: dict[str, Any] | None):
         if not n:
             raise PreventUpdate
         try:

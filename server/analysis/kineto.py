@@ -36,13 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from server.analysis.trace_io import (
-    TraceFormatError,
-    TraceTooLargeError,
-    iter_events,
-    open_trace,
-    read_header,
-)
+from server.analysis.trace_io import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
 
 __all__ = [
     "DeviceInfo",

@@ -210,4 +210,4 @@ def enable_checkpointing(model: torch.nn.Module, hf: bool) -> None:
         def checkpointed(*args: Any, _forward: Callable = forward, **kwargs: Any) -> Any:
             return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
-        block.forward = checkpointed  # type: ignore[method-assign]
+        block.forward = checkpointed

@@ -28,7 +28,7 @@ from server.storage.partitions import PARTITIONED_TABLES, PARTITIONS, day_of
 _PG = _pg_dialect.dialect()
 
 
-def _pg_array_type(column, name: str, time_columns: frozenset[str]) -> str:  # type: ignore[no-untyped-def]
+def _pg_array_type(column, name: str, time_columns: frozenset[str]) -> str:
     if name in time_columns:
         return "float8[]"
     return column.type.compile(dialect=_PG).split("(")[0].lower() + "[]"
@@ -42,11 +42,11 @@ def _array_literal(col: Sequence[object]) -> str:
     return "{" + text[1:-1] + "}"
 
 
-def _pg_type(column, name: str, time_columns: frozenset[str]) -> str:  # type: ignore[no-untyped-def]
+def _pg_type(column, name: str, time_columns: frozenset[str]) -> str:
     return "timestamptz" if name in time_columns else column.type.compile(dialect=_PG).split("(")[0].lower()
 
 
-def _copy_or_insert(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],  # type: ignore[no-untyped-def]
+def _copy_or_insert(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],
                     time_columns: frozenset[str]) -> int:
     """Binary COPY when every column is fixed-size (samples), else a plain INSERT ... SELECT FROM unnest."""
     try:
@@ -57,7 +57,7 @@ def _copy_or_insert(cur, table: Table, names: Sequence[str], columns: Sequence[S
     return cur.rowcount
 
 
-def _insert_select(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],  # type: ignore[no-untyped-def]
+def _insert_select(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],
                    time_columns: frozenset[str], *, on_conflict_do_nothing: bool) -> int:
     # Each column travels as one typed array literal ('{1.5,null,2}': orjson writes the list, in C) and
     # Postgres zips them with unnest: one set-based statement, no per-value formatting in Python.

@@ -42,7 +42,7 @@ class InflightLimiter:
         self._sem.release()
 
 
-def _validate(model, payload):  # type: ignore[no-untyped-def]
+def _validate(model, payload):
     if isinstance(payload, dict):
         version = payload.get("protocol_version")
         if version != PROTOCOL_VERSION:

@@ -47,7 +47,7 @@ class SampleWriter:
         for t in self._threads:
             t.join(timeout=30)
 
-    def _drain(self, first: tuple[PreparedSamples, Future[IngestResult]]) -> tuple[list, bool]:  # type: ignore[type-arg]
+    def _drain(self, first: tuple[PreparedSamples, Future[IngestResult]]) -> tuple[list, bool]:
         group = [first]
         rows = len(first[0].batch.samples)
         while rows < self._max_rows:

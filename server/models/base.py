@@ -29,7 +29,7 @@ class UtcDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+    def process_bind_param(self, value: datetime | None, dialect):
         if value is None:
             return None
         if value.tzinfo is None:
@@ -37,7 +37,7 @@ class UtcDateTime(TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
-    def process_result_value(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+    def process_result_value(self, value: datetime | None, dialect):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

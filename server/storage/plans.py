@@ -65,12 +65,12 @@ def capture_statements(session: Session) -> Iterator[list[Statement]]:
     conn = session.connection()  # the transaction's connection: the code under capture uses this one
     dbapi = conn.connection.dbapi_connection
 
-    class RecordingCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+    class RecordingCursor(psycopg2.extensions.cursor):
         def copy_expert(self, sql: str, file: Any, size: int = 8192) -> Any:
             captured.append(Statement(sql=sql, via_copy=True))
             return super().copy_expert(sql, file, size)
 
-    def before_cursor_execute(_conn, _cursor, statement, parameters, _context, executemany):  # type: ignore[no-untyped-def]
+    def before_cursor_execute(_conn, _cursor, statement, parameters, _context, executemany):
         if not executemany:
             captured.append(Statement(sql=statement, params=parameters))
 
