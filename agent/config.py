@@ -6,6 +6,7 @@ Environment prefix `FLEETPROF_`; nothing else in `agent/` reads os.environ.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -43,5 +44,5 @@ class AgentSettings(BaseSettings):
     hooks_alloc_trace_steps: int = 0
 
 
-def load_settings(**overrides: object) -> AgentSettings:
+def load_settings(**overrides: Any) -> AgentSettings:
     return AgentSettings(**{k: v for k, v in overrides.items() if v is not None})

@@ -31,6 +31,7 @@ from agent.protocol import (
     ProcessColumns,
     SampleBatch,
     SampleColumns,
+    SampleSource,
 )
 
 MIB = 1 << 20
@@ -281,7 +282,7 @@ def iter_timesteps(rec: Recording) -> Iterator[list[SampleRow]]:
 
 
 def make_batch(rows: list[SampleRow], *, rec: Recording, node: str, agent_id: str, seq: int, sent_at: float,
-               source: str = "replay", processes: list[ProcessRow] | None = None) -> SampleBatch:
+               source: SampleSource = "replay", processes: list[ProcessRow] | None = None) -> SampleBatch:
     proc_cols = None
     if processes:
         proc_cols = ProcessColumns(

@@ -27,7 +27,8 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     from dashboard.components import APP_CONFIG_KEY
 
     app = dash.Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
-                    title="fleetprof", update_title=None, serve_locally=True)
+                    # None keeps the tab title while callbacks run: Dash's docstring allows it, its annotation says str
+                    title="fleetprof", update_title=None, serve_locally=True)  # type: ignore[arg-type]
     default_scope = None
     if token:
         try:

@@ -248,6 +248,7 @@ def memory_plan_bars(offset_plan: dict[str, Any] | None, swap_plan: dict[str, An
 
 def utilization_heatmap(timeline: dict[str, Any] | None) -> go.Figure:
     """node×GPU rows, hourly columns, colour = mean GPU utilization (%); gaps where a GPU did not report."""
+    timeline = timeline or {}
     hours = (timeline or {}).get("hours") or []
     gpus = (timeline or {}).get("gpus") or []
     if not hours or not gpus:
@@ -301,6 +302,7 @@ def energy_over_time(timeline: dict[str, Any] | None) -> go.Figure:
     """Fleet energy per hour (kWh), stacked by where it came from (NVML energy counter, integrated power...)."""
     from dashboard import format as fmt
 
+    timeline = timeline or {}
     hours = (timeline or {}).get("hours") or []
     energy = (timeline or {}).get("energy_j") or []
     if not hours or all(e is None for e in energy):

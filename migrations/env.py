@@ -19,15 +19,22 @@ def include_name(name, type_, parent_names):
     return not (type_ == "table" and name and PARTITION.search(name))
 
 
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:  # server/migrate.py sets it from the server's settings
+        raise RuntimeError("sqlalchemy.url is not set in the Alembic config")
+    return url
+
+
 def run_migrations_offline() -> None:
-    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
+    context.configure(url=_url(), target_metadata=target_metadata,
                       literal_binds=True, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
         # render_as_batch: SQLite cannot ALTER most things; batch mode rebuilds tables there.
         context.configure(connection=connection, target_metadata=target_metadata,

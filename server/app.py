@@ -19,14 +19,15 @@ characterization reports, right-sizing and pre-training estimates. Authenticate 
 
 
 def _broker_check(settings: ServerSettings):
-    if not settings.broker_url:
+    url = settings.broker_url
+    if not url:
         return None
 
     def check() -> str:
         import redis
 
         try:
-            redis.Redis.from_url(settings.broker_url, socket_connect_timeout=1, socket_timeout=1).ping()
+            redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping()
             return "ok"
         except Exception as exc:  # noqa: BLE001
             return f"error: {exc.__class__.__name__}"

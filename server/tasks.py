@@ -28,6 +28,8 @@ class _Pending:
     def _redis(self):
         import redis
 
+        if not self.url:
+            raise RuntimeError("no broker URL configured: the pending-characterization marker lives in Redis")
         return redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
 
     def claim(self) -> bool:

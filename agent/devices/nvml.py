@@ -30,6 +30,7 @@ from agent.devices.base import (
     GpuReading,
     NodeFacts,
 )
+from agent.protocol import SampleSource
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,7 +99,7 @@ def value_reader(nvml: Any) -> Callable[[Any], float | int | None]:
 class NvmlDevices(Devices):
     """All GPUs (and MIG devices) NVML sees on this node. Not thread-safe: one sampler owns it."""
 
-    source = "nvml"
+    source: SampleSource = "nvml"
 
     def __init__(self, nvml: Any = None, *, xid_events: bool = True,
                  clock: Callable[[], float] = time.monotonic):
@@ -444,7 +445,7 @@ class NvmlDevices(Devices):
         nvml = self._nvml
         if self._event_set is None:
             return []
-        out = []
+        out: list[tuple[int, int]] = []
         while True:
             try:
                 data = nvml.nvmlEventSetWait(self._event_set, 0)

@@ -81,7 +81,8 @@ class ReplayDevices(Devices):
         elapsed = (self._clock() - self._t0) * self._speed
         loops = 0
         if self._loop:
-            loops, elapsed = divmod(elapsed, self._period_s)
+            whole, elapsed = divmod(elapsed, self._period_s)
+            loops = int(whole)
         i = max(0, bisect.bisect_right(self._offsets, elapsed) - 1)
         return i, elapsed, int(loops)
 

@@ -8,7 +8,7 @@ import dash
 from dash import Input, Output, dcc, html
 
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
-_GRAPH_CONFIG = {"displaylogo": False}
+_GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 
 
 def layout(**_: Any) -> html.Div:
@@ -52,7 +52,7 @@ def kpi_cards(summary: dict[str, Any], timeline: dict[str, Any] | None = None) -
     sources = summary.get("sources") or {}
     total, reporting = summary.get("gpus_total"), _first(summary, "gpus", "gpus_reporting")
     unknown_now = summary.get("gpus_unknown_now")
-    energy_source = figures.energy_source_shares(timeline) if timeline else fmt.UNKNOWN
+    energy_source: str | None = figures.energy_source_shares(timeline) if timeline else fmt.UNKNOWN
     energy_source = (_first(summary, "energy_source") or sources.get("energy_j")) if energy_source == fmt.UNKNOWN \
         else f"{energy_source} (hourly rollups)"
     return [

@@ -19,7 +19,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-_GRAPH_CONFIG = {"displaylogo": False}
+_GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 CONTENT_MAX_PX = 1500  # .content max-width in assets/style.css
 _PAGE_PADDING_PX, _ROW_GAP_PX, _PLOT_MARGINS_PX = 48, 12, 80
 
@@ -366,9 +366,9 @@ def register_callbacks(app: dash.Dash) -> None:
                 job, report = gather(lambda: c.job(job_id), lambda: c.report(job_id))
         except ApiError as exc:
             job = report = exc
-        for answer in (job, report):
-            if isinstance(answer, ApiError):
-                return error_box(answer, id="job-error"), [], job_id, figures.empty_figure("not available")
+        if isinstance(job, ApiError) or isinstance(report, ApiError):
+            failed = next(a for a in (job, report) if isinstance(a, ApiError))
+            return error_box(failed, id="job-error"), [], job_id, figures.empty_figure("not available")
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    optimization_section(report), layers_section(report), gpus_section(report),
@@ -391,6 +391,7 @@ def register_callbacks(app: dash.Dash) -> None:
         rng = figures.relayout_range(view.get("relayout"))
         since, until = rng if isinstance(rng, tuple) else (None, None)
         full, half = plot_points(view.get("width_px"), half=False), plot_points(view.get("width_px"), half=True)
+        steps: dict[str, Any] | ApiError | None
         try:
             with client_for(auth) as c:
                 series, steps = gather(

@@ -136,7 +136,7 @@ def _pair_events(
             else:
                 f_seq[k] = i
     notes = [f"{lost_frees} allocations had no free event before their address was reused"] if lost_frees else []
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "size_bytes": np.asarray(size, np.int64),
         "alloc_seq": np.asarray(a_seq, np.int64),
         "free_seq": np.asarray(f_seq, np.int64),
@@ -272,6 +272,7 @@ def from_allocator_events(events: Sequence[Mapping[str, Any]]) -> AllocationTrac
         end_t=float(t[-1]),
         n_events=len(ts),
         source="allocator_events",
+        device=None, untracked_live_bytes=None, observed_allocated_bytes=None,  # unknown from allocator events
         observed_reserved_bytes=peak_reserved if saw_segments else None,
         notes=tuple(notes),
     )

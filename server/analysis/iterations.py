@@ -195,7 +195,7 @@ def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> dict[str, Any]:
     if out["stall_fraction"] > 0.02:
         res = detect_period(np.asarray(ts, dtype=np.float64), dip.astype(np.float64))
         out["periodic"] = res is not None and res.confidence >= 0.3
-        out["stall_period_s"] = res.period_s if out["periodic"] else None
+        out["stall_period_s"] = res.period_s if res is not None and out["periodic"] else None
     else:
         out["periodic"] = False
     return out

@@ -326,7 +326,7 @@ def _reopenable(source: bytes | str | Path | IO[bytes]) -> tuple[bytes | str | P
     while chunk := source.read(1 << 20):
         spool.write(chunk)
     spool.seek(0)
-    return spool, spool  # type: ignore[return-value]
+    return spool, spool
 
 
 def summarize_trace(source: bytes | Path | IO[bytes], *, max_bytes: int | None = None) -> TraceSummary:
@@ -458,9 +458,9 @@ def _gpu_breakdown(acc: _Accumulator, notes: list[str]) -> GpuTimeBreakdown | No
         ts = np.ceil(ts)
         end = np.maximum(np.floor(end), ts)
     keep = np.ones(ts.shape[0], dtype=bool)
-    last_step_excluded = len(acc.step_names) > 1 and acc.last_step_start is not None
-    if last_step_excluded:
-        limit = acc.last_step_start
+    limit = acc.last_step_start
+    last_step_excluded = len(acc.step_names) > 1 and limit is not None
+    if last_step_excluded and limit is not None:
         c_ts = np.frombuffer(acc.c_ts, dtype=np.float64)
         if acc.float_ts:
             c_ts = np.ceil(c_ts)

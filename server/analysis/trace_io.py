@@ -89,7 +89,7 @@ def open_trace(source: str | Path | bytes | IO[bytes], *, max_bytes: int | None 
     return _LimitedReader(inner, max_bytes)
 
 
-def iter_events(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
+def iter_events(stream: IO[bytes] | io.RawIOBase) -> Iterator[dict[str, Any]]:
     """Yield each element of `traceEvents` as a dict (numbers as int/float, not Decimal)."""
     try:
         yield from ijson.items(stream, f"{EVENTS_KEY}.item", use_float=True)

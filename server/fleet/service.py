@@ -22,6 +22,7 @@ import orjson
 from sqlalchemy import Float, Numeric, Text, and_, case, cast, delete, func, or_, select, text, true
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import Label
 
 from server.analysis import characterize as characterize_mod
 from server.analysis.energy import IDLE_UTIL_PCT
@@ -39,7 +40,7 @@ from server.analysis.fleet import (
     sample_terms,
     summary_from_totals,
 )
-from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel
+from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel, rowcount
 from server.ingest.bulk import insert_ignore
 from server.jobs.report_service import link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
@@ -153,9 +154,9 @@ def backlog_spans(session: Session, *, now: float, raw_retention_days: int) -> l
     not rolled up again, which would replace their rollups by a part of them: their backlog rows are dropped."""
     oldest = (day_of(now) - raw_retention_days + 1) * DAY_S
     stale = session.execute(delete(RollupBacklog).where(RollupBacklog.hour < from_epoch(oldest)))
-    if stale.rowcount:
+    if rowcount(stale):
         log.warning("rollup backlog: %d GPU-range hours older than the raw retention were not rolled up again",
-                    stale.rowcount)
+                    rowcount(stale))
     spans: list[tuple[int, float, float]] = []
     for k, hour in session.execute(select(RollupBacklog.range_k, epoch_column(session, RollupBacklog.hour))
                                    .order_by(RollupBacklog.range_k, RollupBacklog.hour)):
@@ -216,7 +217,7 @@ def _gpus_now(session: Session, now: float) -> dict[str, int]:
             select(GpuSample.gpu_util_pct)
             .join(latest_ts, and_(GpuSample.gpu_id == latest_ts.c.gpu_id, GpuSample.ts == latest_ts.c.ts))
             .join(Gpu, Gpu.id == GpuSample.gpu_id).where(in_window)).all()
-        return gpus_now(dict(enumerate(utils)))
+        return gpus_now({str(i): u for i, u in enumerate(utils)})  # keys only tell the GPUs apart
     # One primary-key probe per GPU (its newest sample, LIMIT 1) in the partitions the constant bounds leave, counted
     # in SQL by gpus_now's rule: 10,000 GPUs ~37 ms (~70 ms shipping the 10,000 rows; ~80 ms more when the empty
     # days ahead were probed too), where grouping read every sample of the window (3 M rows at 1 Hz).
@@ -262,6 +263,7 @@ def rollup_rows(session: Session, *, by: str, window_s: float, now: float, limit
         func.sum(case((util_known, t.c.covered_s))).label("util_covered_s"),
         *(func.sum(case((source == name, t.c.covered_s))).label(f"src_{name}") for name in ENERGY_SOURCES),
     ]
+    keys: list[Label[Any]]
     if by == "gpu":
         keys = [Node.name.label("node"), Gpu.uuid.label("gpu_uuid"), Gpu.index.label("gpu_index")]
     elif by == "node":

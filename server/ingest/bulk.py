@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import cast
 
 import orjson
 import psycopg2.errors
@@ -20,7 +21,7 @@ from sqlalchemy import Table, insert
 from sqlalchemy.dialects import postgresql as _pg_dialect
 from sqlalchemy.orm import Session
 
-from server.db import is_postgres
+from server.db import is_postgres, raw_connection, rowcount
 from server.ingest import pgcopy
 from server.models.base import from_epoch
 from server.storage.partitions import PARTITIONED_TABLES, PARTITIONS, day_of
@@ -86,8 +87,7 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
         if table.name in PARTITIONED_TABLES:
             days = {day_of(t) for t in columns[list(names).index("ts")]}  # type: ignore[arg-type]
             PARTITIONS.ensure(session, days, tables=(table.name,))
-        dbapi_conn = session.connection().connection.dbapi_connection
-        with dbapi_conn.cursor() as cur:
+        with raw_connection(session).cursor() as cur:
             # The fast path writes without any conflict check (binary COPY, else a plain INSERT): rows already
             # stored are rare (an agent that lost its sequence state; resent batches are caught by their batch
             # key before this). When it meets one, it is undone to the savepoint and the group is redone
@@ -103,11 +103,12 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
     rows = []
     converted = [
         # from_epoch: rounded as Postgres rounds, and as every other timestamp (job windows) is converted
-        [from_epoch(v) for v in col] if name in time_columns
+        [from_epoch(cast("float | None", v)) for v in col] if name in time_columns  # epoch seconds or null
         else col
         for name, col in zip(names, columns, strict=True)
     ]
     for values in zip(*converted, strict=True):
         rows.append(dict(zip(names, values, strict=True)))
     result = session.execute(insert(table).prefix_with("OR IGNORE"), rows)
-    return result.rowcount if result.rowcount is not None and result.rowcount >= 0 else n
+    inserted = rowcount(result)
+    return inserted if inserted is not None and inserted >= 0 else n

@@ -43,7 +43,7 @@ def _column(values: Sequence[object], pg_type: str) -> tuple[np.ndarray, np.ndar
     else:
         mask = None
     try:
-        arr = np.asarray(values, dtype=convert)
+        arr: np.ndarray = np.asarray(values, dtype=convert)
     except (OverflowError, TypeError, ValueError) as exc:
         raise NotEncodable(f"{pg_type} column: {exc}") from None
     if pg_type == "timestamptz":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -26,7 +27,7 @@ from agent.protocol import (
     StepEvent,
 )
 from server.auth.service import Principal, require_node
-from server.db import dialect_insert, is_postgres
+from server.db import dialect_insert, is_postgres, raw_connection, rowcount
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
 from server.ingest.bulk import insert_ignore
@@ -63,7 +64,7 @@ def _claim_batch(session: Session, *, kind: str, source_id: str, seq: int, rows:
     ins = dialect_insert(session)
     stmt = ins(IngestBatch).values(kind=kind, source_id=source_id, seq=seq, rows=rows, received_at=utcnow())
     result = session.execute(stmt.on_conflict_do_nothing())
-    return result.rowcount == 1
+    return rowcount(result) == 1
 
 
 def check_timestamps(ts: list[float], *, now: float, max_future_skew_s: float, what: str) -> None:
@@ -130,7 +131,7 @@ def _claim_batches(session: Session, keys: list[tuple[str, int, int]]) -> set[tu
     now = utcnow()
     if is_postgres(session):
         # One statement over arrays: SQLAlchemy's multi-VALUES insert cost ~10 ms to compile per group.
-        cur = session.connection().connection.dbapi_connection.cursor()
+        cur = raw_connection(session).cursor()
         try:
             cur.execute(
                 "INSERT INTO ingest_batches (kind, source_id, seq, rows, received_at) "
@@ -141,9 +142,9 @@ def _claim_batches(session: Session, keys: list[tuple[str, int, int]]) -> set[tu
         finally:
             cur.close()
     table = IngestBatch.__table__
-    stmt = sqlite_insert(table).values([dict(kind="samples", source_id=src, seq=seq, rows=n, received_at=now)
-                                        for src, seq, n in keys])
-    stmt = stmt.on_conflict_do_nothing().returning(table.c.source_id, table.c.seq)
+    values = sqlite_insert(table).values([dict(kind="samples", source_id=src, seq=seq, rows=n, received_at=now)
+                                          for src, seq, n in keys])
+    stmt = values.on_conflict_do_nothing().returning(table.c.source_id, table.c.seq)
     return {(src, seq) for src, seq in session.execute(stmt)}
 
 
@@ -171,7 +172,8 @@ def write_samples(session: Session, items: list[PreparedSamples]) -> list[Ingest
     if taken:
         keep = [i for i, col in enumerate(columns) if i < 2 or any(v is not None for v in col)]
         stored = insert_ignore(session, GpuSample.__table__, [names[i] for i in keep], [columns[i] for i in keep])
-        note_late_samples(session, columns[0], columns[1], now=time.time())
+        # the first two columns are gpu_id and ts (SAMPLE_COLUMNS)
+        note_late_samples(session, cast("list[int]", columns[0]), cast("list[float]", columns[1]), now=time.time())
         sent = sum(r.accepted for r in results)
         if stored != sent:
             # Samples already stored under another batch key (an agent that lost its sequence state):
@@ -205,8 +207,8 @@ def _ingest_processes(session: Session, batch: SampleBatch, gpu_ids: dict[str, i
             session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, first_seen_at=from_epoch(lo), last_seen_at=from_epoch(hi),
                                source="process"))
         elif link.source == "process":
-            link.first_seen_at = min(link.first_seen_at or from_epoch(lo), from_epoch(lo))  # type: ignore[type-var]
-            link.last_seen_at = max(link.last_seen_at or from_epoch(hi), from_epoch(hi))  # type: ignore[type-var]
+            link.first_seen_at = min(link.first_seen_at or from_epoch(lo), from_epoch(lo))
+            link.last_seen_at = max(link.last_seen_at or from_epoch(hi), from_epoch(hi))
 
 
 def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, now: float,

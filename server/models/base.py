@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, ClassVar, overload
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, Table
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
@@ -45,6 +46,8 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    if TYPE_CHECKING:  # every model maps one Table (declarative types __table__ as the wider FromClause)
+        __table__: ClassVar[Table]
 
 
 def utcnow() -> datetime:
@@ -63,9 +66,17 @@ def epoch_us(ts: float) -> int:
     return round((ts - _PG_EPOCH_S) * 1_000_000) + _PG_EPOCH_S * 1_000_000
 
 
+@overload
+def from_epoch(ts: float) -> datetime: ...
+@overload
+def from_epoch(ts: float | None) -> datetime | None: ...
 def from_epoch(ts: float | None) -> datetime | None:
     return None if ts is None else _UNIX_EPOCH + timedelta(microseconds=epoch_us(ts))
 
 
+@overload
+def to_epoch(dt: datetime) -> float: ...
+@overload
+def to_epoch(dt: datetime | None) -> float | None: ...
 def to_epoch(dt: datetime | None) -> float | None:
     return None if dt is None else dt.timestamp()

@@ -19,6 +19,7 @@ from sqlalchemy import delete, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from server.db import rowcount
 from server.models import GpuSample, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,8 @@ def apply_retention(session: Session, *, now: float, raw_retention_days: int) ->
     cutoff_day = day_of(now) - raw_retention_days
     if session.get_bind().dialect.name != "postgresql":
         cutoff = datetime.fromtimestamp(cutoff_day * DAY_S, UTC)
-        n = session.execute(delete(GpuSample).where(GpuSample.ts < cutoff)).rowcount
-        n += session.execute(delete(ProcessSample).where(ProcessSample.ts < cutoff)).rowcount
+        n = rowcount(session.execute(delete(GpuSample).where(GpuSample.ts < cutoff)))
+        n += rowcount(session.execute(delete(ProcessSample).where(ProcessSample.ts < cutoff)))
         return [f"{n} rows before {cutoff:%Y-%m-%d}"] if n else []
     dropped = []
     for table in PARTITIONED_TABLES:

@@ -90,7 +90,7 @@ class _TorchWatcher:
             spec = importlib.util.find_spec("torch")
             loader = getattr(spec, "loader", None)
             original = getattr(loader, "exec_module", None)
-            if original is None:
+            if loader is None or original is None:
                 return spec
             root = self.root
 
