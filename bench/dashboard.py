@@ -41,6 +41,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.report import write_report  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 GIB = 2**30
@@ -399,6 +400,11 @@ def main() -> int:
             print(f"RESULT {page}: median {med:.2f} s (best {best:.2f}, worst {worst:.2f}) to fully drawn, "
                   f"target <= {TARGET_S:g} s: {verdict}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
                   f" on {os.cpu_count()} CPUs")
+        write_report(__file__, {
+            "gpus_count": args.gpus, "hours_count": args.hours, "job_gpus_count": args.job_gpus, "steps_count": steps,
+            "load_s": load_s, "target_s": TARGET_S, "loads_per_page_count": args.repeat,
+            "pages": {page: {"best_s": best, "median_s": med, "worst_s": worst, "load_average_1min_ratio": load1,
+                             "target_met_ok": med <= TARGET_S} for page, best, med, worst, load1 in rows}})
         engine.dispose()
     finally:
         if driver is not None:
