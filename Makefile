@@ -1,13 +1,14 @@
 # fleetprof — the two commands a newcomer needs:
 #   make run    install everything, then `fleetprof up` (embedded: SQLite, in-process tasks, dashboard, agent)
-#   make test   install everything (incl. Chromium for browser tests), then the whole suite against the real
-#               Postgres (127.0.0.1:5432) and Redis (127.0.0.1:6379)
+#   make test   install everything (incl. Chromium for browser tests), `make lint`, then the whole suite against
+#               the real Postgres (127.0.0.1:5432) and Redis (127.0.0.1:6379)
+#   make lint   ruff and mypy, configured in pyproject.toml; product code has zero findings
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install run test test-gpu bench services browser prometheus compose clean
+.PHONY: install run lint test test-gpu bench services browser prometheus compose clean
 
 install: $(STAMP)
 
@@ -40,7 +41,13 @@ compose:
 prometheus:
 	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 
-test: install services browser prometheus compose
+# ruff over the whole tree (tests/ and bench/ with the looser set stated in pyproject.toml), mypy over the
+# product packages listed there.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: install lint services browser prometheus compose
 	$(BIN)/python -m pytest
 
 test-gpu: install
@@ -50,7 +57,7 @@ bench: install services
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .fleetprof .pytest_cache
+	rm -rf $(VENV) .fleetprof .pytest_cache .mypy_cache .ruff_cache
 
 # The generated references in docs/ (REST from OpenAPI, CLI from argparse, configuration from the settings
 # classes); tests/docs/test_generated.py fails when they are out of date with the code.

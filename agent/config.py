@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,7 +50,7 @@ class AgentSettings(BaseSettings):
     dashboard_url: str | None = None
 
 
-def load_settings(**overrides: object) -> AgentSettings:
+def load_settings(**overrides: Any) -> AgentSettings:
     return AgentSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 

@@ -146,8 +146,8 @@ class PodResources:
             return None
         try:
             with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
-                call = channel.unary_unary(LIST_METHOD, request_serializer=lambda _: b"",
-                                           response_deserializer=parse_list_response)
+                call: grpc.UnaryUnaryMultiCallable[None, dict[str, set[PodRef]]] = channel.unary_unary(
+                    LIST_METHOD, request_serializer=lambda _: b"", response_deserializer=parse_list_response)
                 return call(None, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             self._warn_once("rpc", "kubelet pod-resources List failed (%s): pods by cgroup UID until it answers",

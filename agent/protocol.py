@@ -10,11 +10,12 @@ Units are in every name. Energy is the NVML total-energy counter converted from 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION: Final = 1
+SampleSource = Literal["nvml", "replay", "test"]  # where a sample batch comes from
 
 # Sane bounds for wire timestamps (seconds since epoch, UTC): 2000-01-01 .. 2100-01-01 here; the server,
 # which knows "now", also refuses samples more than a day in the future.
@@ -153,7 +154,7 @@ class SampleBatch(_Strict):
     agent_id: Name
     seq: NonNegInt
     sent_at: Timestamp
-    source: Literal["nvml", "replay", "test"] = "nvml"
+    source: SampleSource = "nvml"
     node_info: NodeInfo | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
     samples: SampleColumns
@@ -219,7 +220,7 @@ class OomEvent(_EventBase):
 
 
 Event = Annotated[
-    Union[JobStartEvent, JobEndEvent, StepEvent, LayerEvent, OomEvent], Field(discriminator="kind")
+    JobStartEvent | JobEndEvent | StepEvent | LayerEvent | OomEvent, Field(discriminator="kind")
 ]
 
 

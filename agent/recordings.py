@@ -25,12 +25,13 @@ from zoneinfo import ZoneInfo
 
 from agent.protocol import (
     PROTOCOL_VERSION,
+    SAMPLE_FIELDS,
     GpuInfo,
     NodeInfo,
     ProcessColumns,
     SampleBatch,
     SampleColumns,
-    SAMPLE_FIELDS,
+    SampleSource,
 )
 
 MIB = 1 << 20
@@ -162,7 +163,7 @@ def _read_smi(lines: list[str], tz: ZoneInfo) -> Recording:
             continue
         if len(cells) != len(header):
             raise RecordingError(f"line {lineno}: {len(cells)} cells but the header has {len(header)}")
-        rec = {name: (cell, unit) for (name, unit), cell in zip(header, cells)}
+        rec = {name: (cell, unit) for (name, unit), cell in zip(header, cells, strict=True)}
         try:
             ts = _parse_timestamp(rec["timestamp"][0], tz)
         except ValueError as exc:
@@ -220,7 +221,7 @@ def _read_fleetprof(lines: list[str]) -> Recording:
             gpus[g.uuid] = g
         cols = batch.samples
         present = [(name, getattr(cols, name)) for name, _ in SAMPLE_FIELDS if getattr(cols, name) is not None]
-        for i, (ts, uuid) in enumerate(zip(cols.ts, cols.gpu_uuid)):
+        for i, (ts, uuid) in enumerate(zip(cols.ts, cols.gpu_uuid, strict=True)):
             values: dict[str, Any] = {name: col[i] for name, col in present}
             if cols.healthy is not None:
                 values["healthy"] = cols.healthy[i]  # a GPU recorded as lost replays as lost
@@ -281,7 +282,7 @@ def iter_timesteps(rec: Recording) -> Iterator[list[SampleRow]]:
 
 
 def make_batch(rows: list[SampleRow], *, rec: Recording, node: str, agent_id: str, seq: int, sent_at: float,
-               source: str = "replay", processes: list[ProcessRow] | None = None) -> SampleBatch:
+               source: SampleSource = "replay", processes: list[ProcessRow] | None = None) -> SampleBatch:
     proc_cols = None
     if processes:
         proc_cols = ProcessColumns(

@@ -13,6 +13,7 @@ the terminal's stdin would be stopped (training jobs don't).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import os
@@ -26,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from agent.attribution import slurm_job_id
@@ -52,7 +53,7 @@ class JobOutcome:
 
 def generate_job_id(user: str, now: float | None = None) -> str:
     """`<user>-<yyyymmdd-HHMMSS>-<4 hex>` (UTC), e.g. `alice-20260714-081238-3f9a`."""
-    stamp = datetime.fromtimestamp(time.time() if now is None else now, tz=timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, tz=UTC).strftime("%Y%m%d-%H%M%S")
     safe_user = re.sub(r"[^A-Za-z0-9._-]", "_", user)[:64] or "user"
     return f"{safe_user}-{stamp}-{secrets.token_hex(2)}"
 
@@ -180,10 +181,8 @@ class JobRunner:
         tee.start()
 
         def forward(signum: int, _frame: object) -> None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signum)
-            except ProcessLookupError:
-                pass
 
         previous = {}
         in_main = threading.current_thread() is threading.main_thread()

@@ -238,7 +238,7 @@ class Sampler:
         self.seq += 1
         return SampleBatch(
             protocol_version=PROTOCOL_VERSION, node=self.node, agent_id=self.agent_id, seq=self.seq,
-            sent_at=self.clock(), source=self.devices.source,  # type: ignore[arg-type]
+            sent_at=self.clock(), source=self.devices.source,
             node_info=self._node_info, gpus=self._gpu_info, samples=SampleColumns(**cols), processes=processes,
             dropped_samples_total=dropped_samples_total,
             clock_skew_s=None if clock_skew_s is None or not math.isfinite(clock_skew_s) else clock_skew_s,

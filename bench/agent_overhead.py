@@ -26,6 +26,8 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.report import write_report  # noqa: E402
 
 
 class Sink:
@@ -109,6 +111,12 @@ def main() -> int:
     print(f"{'-' * width}  {'-' * 40}")
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+    write_report(__file__, {
+        "source": source, "interval_s": args.interval, "wall_s": wall, "cpu_of_one_core_pct": cpu_pct,
+        "cpu_user_pct": 100 * user / wall, "cpu_system_pct": 100 * system / wall, "rss_max_bytes": max(rss),
+        "rss_last_bytes": rss[-1], "batches_count": batches, "samples_count": samples,
+        "samples_per_s": samples / wall, "wire_gzip_bytes": sink.bytes,
+        "target_met_ok": cpu_pct <= 1.0 and rss_mb <= 80})
     return 0
 
 

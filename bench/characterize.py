@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import write_report  # noqa: E402
 from server.analysis.characterize import characterize  # noqa: E402
 from server.analysis.jobdata import GpuSeries, JobData, StepSeries  # noqa: E402
 
@@ -83,6 +84,12 @@ def main() -> None:
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
+    write_report(__file__, {
+        "gpus_count": args.gpus, "samples_count": sum(g.ts.size for g in job.gpus),
+        "step_rows_count": len(job.steps) if job.steps else 0, "build_s": build_s,
+        "characterize_best_s": min(times), "characterize_median_s": statistics.median(times),
+        "report_json_bytes": size, "period_s": report["time"]["period_s"],
+        "energy_source": report["energy"]["source"]})
 
 
 if __name__ == "__main__":

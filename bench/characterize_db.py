@@ -28,12 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.characterize import synthetic_job  # noqa: E402
+from bench.report import write_report  # noqa: E402
 from bench.scratch import scratch_database  # noqa: E402
+from server.analysis.characterize import ANALYZER_VERSION  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.ingest.bulk import insert_ignore  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
-from server.analysis.characterize import ANALYZER_VERSION  # noqa: E402
 from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node, ProcessSample, Report  # noqa: E402
 from server.models.base import from_epoch  # noqa: E402
 
@@ -196,6 +197,14 @@ def main() -> int:
               f"{body['busy_fraction']:.3f}")
         print(f"{'summary: idle now / stranded / wasteful':<44}{body['idle_gpus_now']} / "
               f"{body['memory_stranded_bytes'] or 0:.3g} B / {len(body['most_wasteful_jobs'])} listed")
+        write_report(__file__, {
+            "job_samples_count": samples, "bulk_insert_s": load_s, "characterize_best_s": min(times),
+            "characterize_median_s": statistics.median(times), "running_first_s": running[0],
+            "running_next_median_s": statistics.median(running[1:]), "fleet_rollup_rows_count": args.fleet_gpus * 24,
+            "fleet_load_s": fleet_load_s, "fleet_jobs_count": args.fleet_jobs, "report_json_bytes": len(json.dumps(report)),
+            "summary_calls_count": len(lat), "summary_p50_ms": statistics.median(lat) * 1000, "summary_p95_ms": p95 * 1000,
+            "summary_max_ms": max(lat) * 1000, "summary_first_call_ms": first * 1000,
+            "load_average_1min_ratio": os.getloadavg()[0]})
     return 0
 
 

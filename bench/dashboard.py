@@ -41,6 +41,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.report import write_report  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 GIB = 2**30
@@ -200,9 +201,8 @@ def load_job(http_agent: httpx.Client, http_team: httpx.Client, *, job_gpus: int
                                       "name": f"synthetic {hours} h x {job_gpus} GPU training"})
     steps = int(hours * 3600 / step_s)
     step_ts = start + step_s * (1 + np.arange(steps))
-    seq = 0
     per_batch = max(1, 50_000 // job_gpus)
-    for a in range(0, steps, per_batch):
+    for seq, a in enumerate(range(0, steps, per_batch)):
         events: list[dict] = []
         for rank in range(job_gpus):
             idx = np.arange(a, min(a + per_batch, steps))
@@ -211,14 +211,13 @@ def load_job(http_agent: httpx.Client, http_team: httpx.Client, *, job_gpus: int
             events += [{"kind": "step", "job_id": job_id, "rank": rank, "step": int(i), "ts": float(step_ts[i]),
                         "wall_s": float(w), "samples": 64, "allocated_peak_bytes": int(al),
                         "reserved_peak_bytes": int(al + 7 * GIB), "memory_source": "cuda_allocator"}
-                       for i, w, al in zip(idx, wall, alloc)]
+                       for i, w, al in zip(idx, wall, alloc, strict=True)]
             events += [{"kind": "layer", "job_id": job_id, "rank": rank, "step": int(i), "ts": float(step_ts[i]),
                         "module": m, "module_type": mt, "forward_s": share * step_s * 0.08,
                         "backward_s": share * step_s * 0.16, "activation_bytes": int(share * 3 * GIB), "calls": 1}
                        for i in idx[idx % 100 == 0] for m, mt, share in LAYERS]
         _post(http_team, "/api/v1/ingest/events", {"protocol_version": 1, "source_id": "bench-hooks", "seq": seq,
                                                    "sent_at": time.time(), "events": events})
-        seq += 1
     return steps
 
 
@@ -396,11 +395,16 @@ def main() -> int:
               f"(target <= {TARGET_S:g} s; window 1400x1000; {args.repeat} loads after a warm-up)")
         for page, best, med, worst, load1 in rows:
             print(f"{page:<8}{best:>10.2f}{med:>10.2f}{worst:>10.2f}{load1:>8.2f}")
-        for page, best, med, worst, load1 in rows:
+        for page, best, med, worst, _load1 in rows:
             verdict = "PASS" if med <= TARGET_S else "FAIL"
             print(f"RESULT {page}: median {med:.2f} s (best {best:.2f}, worst {worst:.2f}) to fully drawn, "
                   f"target <= {TARGET_S:g} s: {verdict}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
                   f" on {os.cpu_count()} CPUs")
+        write_report(__file__, {
+            "gpus_count": args.gpus, "hours_count": args.hours, "job_gpus_count": args.job_gpus, "steps_count": steps,
+            "load_s": load_s, "target_s": TARGET_S, "loads_per_page_count": args.repeat,
+            "pages": {page: {"best_s": best, "median_s": med, "worst_s": worst, "load_average_1min_ratio": load1,
+                             "target_met_ok": med <= TARGET_S} for page, best, med, worst, load1 in rows}})
         engine.dispose()
     finally:
         if driver is not None:

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from server.estimate.models import resolve
-from server.estimate.schemas import InputSpec, ModelSpec
-from server.estimate.trace_step import StepSettings, trace_step
-from server.estimate.validation import measure_cpu_peak
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.report import write_report  # noqa: E402
+from server.estimate.models import resolve  # noqa: E402
+from server.estimate.schemas import InputSpec, ModelSpec  # noqa: E402
+from server.estimate.trace_step import StepSettings, trace_step  # noqa: E402
+from server.estimate.validation import measure_cpu_peak  # noqa: E402
 
 HF = {
     "gpt2 (6 layers)": ({"model_type": "gpt2", "n_layer": 6}, 128),
@@ -59,6 +62,7 @@ def main() -> None:
     lines = [f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, fp32 AdamW (foreach), "
              "MiB = 2^20 bytes", header, "-" * len(header)]
     print("\n".join(lines), flush=True)
+    figures: dict[str, dict[str, object]] = {}
     for name, resolved, batches in rows(args.quick):
         for batch in batches:
             t0 = time.monotonic()
@@ -77,8 +81,14 @@ def main() -> None:
                     f"{deepspeed / 2**20:10.1f} {err(deepspeed)} {trace_s:7.2f}")
             print(line, flush=True)
             lines.append(line)
+            figures[f"{name} batch {batch}"] = {
+                "parameters_count": st.parameter_count, "measured_bytes": measured, "ours_bytes": ours,
+                "ours_error_fraction": (ours - measured) / measured, "accelerate_bytes": accelerate,
+                "accelerate_error_fraction": (accelerate - measured) / measured, "deepspeed_bytes": deepspeed,
+                "deepspeed_error_fraction": (deepspeed - measured) / measured, "trace_s": trace_s}
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
+    write_report(__file__, {"torch_version": torch.__version__, "rows": figures})
 
 
 if __name__ == "__main__":

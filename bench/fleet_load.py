@@ -49,6 +49,7 @@ from agent.protocol import SampleBatch  # noqa: E402
 from agent.shipper import Shipper  # noqa: E402
 from agent.spool import Spool  # noqa: E402
 from agent.transport import Transport, TransportError  # noqa: E402
+from bench.report import write_report  # noqa: E402
 
 ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 GPUS, BATCH_S = 8, 5            # a real agent: 8 GPUs sampled at 1 Hz, a batch cut every 5 s
@@ -601,12 +602,20 @@ def main() -> int:
         rows.append((f"batch (agent's {BATCH_S}-s cut)", f"{GPUS} GPUs x {BATCH_S} samples = {SAMPLES_PER_BATCH} GPU-samples, "
                                                  f"{len(NodeBatches('x', 'x', 1e9, 0).doc['samples'])} sample columns"))
         rows.append(("capacity (closed loop)", f"{capacity:,.0f} GPU-samples/s"))
+        phases: dict[str, dict[str, object]] = {}
         for ph in ("sustained", "overload", "recovery"):
             dur, dcpu, dacked, dpg, dgen = phase_cpu(ph)
             lat = merged("latency", ph)
             st = status(ph)
             offered = sum(r["phase_rate"][ph] for r in reports)
             comp = offered / (args.nodes * GPUS)
+            phases[ph] = {
+                "offered_samples_per_s": offered, "acknowledged_samples_per_s": dacked / dur, "duration_s": dur,
+                "latency_p50_ms": pct(lat, 0.5) * 1e3, "latency_p99_ms": pct(lat, 0.99) * 1e3,
+                "acknowledged_requests_count": len(lat), "responses": {f"http_{k}_count": v for k, v in st.items()},
+                "collector_cpu_per_sample_us": dcpu / dacked * 1e6 if dacked > 0 else None,
+                "postgres_cpu_per_sample_us": dpg / dacked * 1e6 if dacked > 0 else None,
+                "collector_rss_max_bytes": max(rss.get(ph, [float("nan")])) * 2**20}  # rss is in MiB
             rows.append((f"[{ph}] offered", f"{offered:,.0f} GPU-samples/s (time x{comp:.2f} real time per node)"))
             rows.append((f"[{ph}] acknowledged", f"{dacked / dur:,.0f} GPU-samples/s over {dur:.0f} s"))
             rows.append((f"[{ph}] ingest latency p50/p99", f"{pct(lat, 0.5) * 1e3:.1f} / {pct(lat, 0.99) * 1e3:.1f} ms"
@@ -661,6 +670,13 @@ def main() -> int:
             print(f"{k:<{width}}{v}")
         print(f"\nsustainable rate R = {args.sustain_fraction:g} x capacity = {rate_r:,.0f} GPU-samples/s "
               f"({rate_r / (args.nodes * GPUS):.2f} x real time for {args.nodes} nodes at 1 Hz)")
+        write_report(__file__, {
+            "nodes_count": args.nodes, "gpus_count": args.nodes * GPUS, "capacity_samples_per_s": capacity,
+            "sustainable_rate_samples_per_s": rate_r, "sustained_rate_held_ok": held, "phases": phases,
+            "collector_rss_peak_bytes": rss_peak * 2**20, "produced_samples_count": produced,
+            "acknowledged_samples_count": acked_total, "stored_samples_count": stored, "spool_left_batches_count": spool_left,
+            "dropped_samples_count": dropped, "retry_after_s": retry_after, "collectors_alive_ok": alive,
+            "exactly_once_ok": ok, "wall_s": time.monotonic() - t_begin})
         return 0 if ok else 1
     finally:
         for p in gens:

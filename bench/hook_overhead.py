@@ -35,6 +35,7 @@ from torch import nn  # noqa: E402
 from agent.hooks.sender import EventSender  # noqa: E402
 from agent.hooks.torch import Profiler  # noqa: E402
 from agent.transport import Transport  # noqa: E402
+from bench.report import write_report  # noqa: E402
 
 
 class SmallCNN(nn.Module):
@@ -203,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                     off = [[t[k] for t in b] for b in blocks["off"]]
                     on = [[t[k] for t in b] for b in blocks[label]]
                     # paired per round, so that slow drifts of the machine cancel out
-                    med = statistics.median(statistics.median(a) / statistics.median(b) for a, b in zip(on, off))
-                    mean = statistics.median(statistics.fmean(a) / statistics.fmean(b) for a, b in zip(on, off))
+                    med = statistics.median(statistics.median(a) / statistics.median(b) for a, b in zip(on, off, strict=True))
+                    mean = statistics.median(statistics.fmean(a) / statistics.fmean(b) for a, b in zip(on, off, strict=True))
                     row += [statistics.median(x for b in off for x in b), statistics.median(x for b in on for x in b),
                             100 * (med - 1), 100 * (mean - 1)]
                 rows.append(row)
@@ -227,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         if r[1] == "default":
             print(f"  implied overhead on {r[0]:<12} (median off {r[6] * 1e3:.2f} ms wall): "
                   f"{100 * cost_us * 1e-6 / r[6]:.3f} %")
+    write_report(__file__, {
+        "device": str(device), "torch_version": torch.__version__, "threads_count": args.threads,
+        "rounds_count": args.rounds, "steps_per_block_count": args.steps, "default_cost_per_step_us": cost_us,
+        "rows": {f"{r[0]} {r[1]}": {
+            "cpu_off_ms": r[2] * 1e3, "cpu_on_ms": r[3] * 1e3, "cpu_overhead_pct": r[4], "cpu_mean_overhead_pct": r[5],
+            "wall_off_ms": r[6] * 1e3, "wall_on_ms": r[7] * 1e3, "wall_overhead_pct": r[8],
+            "wall_mean_overhead_pct": r[9]} for r in rows}})
     return 0
 
 

@@ -28,6 +28,7 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import write_report  # noqa: E402
 from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
@@ -212,6 +213,13 @@ def main() -> int:
         print(f"{'machine':<34}{psutil.cpu_count()} cores, load average {load1:.1f} at the end")
         ok = result["acked"] == sent == stored == distinct
         print(f"{'exactly-once check':<34}{'OK' if ok else 'FAILED'}")
+        write_report(__file__, {
+            "nodes_count": args.nodes, "requests_count": len(lat), "concurrency_count": args.concurrency,
+            "sent_samples_count": sent, "acknowledged_samples_count": result["acked"], "stored_samples_count": stored,
+            "distinct_samples_count": distinct, "wall_s": result["wall_s"], "sustained_samples_per_s": sent / result["wall_s"],
+            "latency_p50_ms": p(0.5), "latency_p99_ms": p(0.99), "collector_cpu_per_sample_us": us(collector_cpu),
+            "postgres_cpu_per_sample_us": us(postgres_cpu), "load_generator_cpu_per_sample_us": us(client_cpu),
+            "load_average_1min_ratio": load1, "exactly_once_ok": ok})
         return 0 if ok else 1
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.report import write_report  # noqa: E402
+
 KINETO = REPO / "tests" / "data" / "kineto"
 DEFAULT = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
@@ -88,6 +91,7 @@ def main(argv: list[str]) -> int:
             f" | {'HTA s':>6} {'RSS MB':>6} {'+MB':>5} | {'+MB HTA/ours':>12}")
     print(head)
     print("-" * len(head))
+    figures: dict[str, dict[str, object]] = {}
     for p in paths:
         ours = _measure("ours", p)
         hta = _measure("hta", p)
@@ -99,6 +103,14 @@ def main(argv: list[str]) -> int:
             f"{ours['s']:6.2f} {ours['rss_mb']:6.0f} {ours_d:5.0f} | {hta_s} {hta['rss_mb']:6.0f} {hta_d:5.0f} | "
             f"{hta_d / max(ours_d, 1.0):12.1f}"
         )
+        mib = 2**20  # _rss_mb is in MiB
+        figures[p.name] = {
+            "disk_bytes": p.stat().st_size, "json_bytes": ours["json_bytes"], "events_count": ours["events"],
+            "ours_s": ours["s"], "ours_rss_bytes": ours["rss_mb"] * mib, "ours_added_bytes": ours_d * mib,
+            "hta_s": None if hta.get("error") else hta["s"], "hta_error": hta.get("error"),
+            "hta_rss_bytes": hta["rss_mb"] * mib, "hta_added_bytes": hta_d * mib,
+            "hta_to_ours_added_ratio": hta_d / max(ours_d, 1.0)}
+    write_report(__file__, {"traces": figures})
     return 0
 
 

@@ -10,11 +10,14 @@ add the bytes live through the window that appear in no event, so they compare w
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from server.analysis.alloc_trace import AllocationTrace, from_kineto, synthetic_training_trace
-from server.analysis.packing import plan_offsets, verify_plan
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.report import write_report  # noqa: E402
+from server.analysis.alloc_trace import AllocationTrace, from_kineto, synthetic_training_trace  # noqa: E402
+from server.analysis.packing import plan_offsets, verify_plan  # noqa: E402
 
 REAL = {
     "V100 DDP (HTA df_index_resolver)": "kineto/hta/df_index_resolver/df_index_resolver.json.gz",
@@ -29,8 +32,10 @@ def mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:,.1f}"
 
 
-def row(name: str, trace: AllocationTrace, plan_limits: dict) -> None:
+def row(name: str, trace: AllocationTrace, plan_limits: dict) -> dict[str, object]:
+    """Prints the trace's table and returns its figures."""
     per_algo = {}
+    algo_figures: dict[str, object] = {}
     for algo in ALGOS:
         if len(trace) > plan_limits.get(algo, len(trace)):
             per_algo[algo] = "skipped"
@@ -38,6 +43,7 @@ def row(name: str, trace: AllocationTrace, plan_limits: dict) -> None:
         p = plan_offsets(trace, algorithms=(algo,), skyline_max_allocations=10**9, greedy_max_allocations=10**9)
         assert verify_plan(trace, p) == [], (name, algo)
         per_algo[algo] = f"{p.arena_bytes / p.lower_bound_bytes:.3f}x {p.elapsed_s:.2f}s"
+        algo_figures[algo] = {"arena_to_lower_bound_ratio": p.arena_bytes / p.lower_bound_bytes, "plan_s": p.elapsed_s}
     plan = plan_offsets(trace)
     t0 = time.perf_counter()
     assert verify_plan(trace, plan) == []
@@ -55,6 +61,11 @@ def row(name: str, trace: AllocationTrace, plan_limits: dict) -> None:
         print(f"  +untracked {mib(untracked)} MiB: lower bound {mib(untracked + plan.lower_bound_bytes)}, "
               f"planned {mib(planned)}, observed reserved {mib(reserved)} MiB, "
               f"saving {mib(reserved - planned)} MiB ({(reserved - planned) / reserved:.0%})")
+    return {"allocations_count": len(trace), "lower_bound_bytes": plan.lower_bound_bytes, "algorithms": algo_figures,
+            "kept_plan_bytes": plan.arena_bytes, "kept_algorithm": plan.algorithm,
+            "kept_overhead_fraction": plan.overhead_fraction, "plan_offsets_s": plan.elapsed_s, "verify_s": verify_s,
+            "untracked_bytes": trace.untracked_live_bytes, "observed_reserved_bytes": reserved,
+            "saving_bytes": None if reserved is None else reserved - planned}
 
 
 def main() -> None:
@@ -62,14 +73,17 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1] / "tests" / "data")
     ap.add_argument("--synthetic", type=int, default=100_000)
     args = ap.parse_args()
+    figures: dict[str, object] = {}
     for name, rel in REAL.items():
         t0 = time.perf_counter()
         trace = from_kineto(args.data / rel)
         print(f"\n[parsed {rel} in {time.perf_counter() - t0:.2f}s]", end="")
-        row(name, trace, {})
+        figures[name] = row(name, trace, {})
     trace = synthetic_training_trace(args.synthetic, seed=0)
     # the quadratic-ish heuristics are timed on their own so the table shows why plan_offsets skips them
-    row("synthetic training trace (seed 0)", trace, {"greedy_by_size": 30_000})
+    figures["synthetic training trace (seed 0)"] = row("synthetic training trace (seed 0)", trace,
+                                                       {"greedy_by_size": 30_000})
+    write_report(__file__, {"traces": figures})
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.characterize import synthetic_job  # noqa: E402
+from bench.report import write_report  # noqa: E402
+from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.analysis.characterize import ANALYZER_VERSION, characterize  # noqa: E402
 from server.auth.service import create_token  # noqa: E402
-from bench.scratch import fleetprof_server, scratch_database  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
@@ -175,6 +176,13 @@ def main() -> int:
         for k, v in rows:
             print(f"{k:<{width}}  {v}")
         print(f"{'verdict':<{width}}  {'target met' if p99 <= 20.0 else 'TARGET MISSED'}")
+        write_report(__file__, {
+            "history_runs_count": body["runs"], "report_json_median_bytes": report_bytes,
+            "jobs_count": len(reports) + args.other_jobs, "characterize_history_s": characterize_s,
+            "requests_count": len(lat), "latency_p50_ms": p50, "latency_p90_ms": p90, "latency_p99_ms": p99,
+            "latency_max_ms": ms.max(), "throughput_requests_per_s": len(lat) / sum(lat),
+            "load_average_1min_before_ratio": load_before[0], "load_average_1min_after_ratio": load_after[0],
+            "target_p99_met_ok": bool(p99 <= 20.0)})
         return 0
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import write_report  # noqa: E402
 from bench.scratch import scratch_database  # noqa: E402
 from bench.storage_plans import GPUS_PER_NODE, SAMPLE_COLUMNS, SAMPLE_VALUES  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
@@ -106,6 +107,8 @@ def main() -> int:
         now -= now % 60
         t0 = time.perf_counter()
         rows = generate(url, args.gpus, args.hours, now)
+        generate_s = time.perf_counter() - t0
+        sweeps: dict[str, dict[str, object]] = {}
         print(f"generated {rows:,} raw rows ({args.gpus:,} GPUs x {args.hours} h at 1 Hz) in "
               f"{time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
         ctx = multiprocessing.get_context("spawn")
@@ -119,6 +122,12 @@ def main() -> int:
                   f"{r['seconds']:.1f} s, {r['rows']:,} gpu_hourly rows, "
                   f"{rows / r['seconds'] / 1e6:.2f} M raw rows/s, peak RSS {r['rss_kib'] / 2**10:,.0f} MiB "
                   f"(process at start {r['rss0_kib'] / 2**10:,.0f} MiB); load {os.getloadavg()[0]:.1f}")
+            sweeps[f"{r['gpus_per_range']} GPUs per range"] = {
+                "gpus_per_range_count": r["gpus_per_range"], "sweep_s": r["seconds"], "hourly_rows_count": r["rows"],
+                "raw_rows_per_s": rows / r["seconds"], "peak_rss_bytes": r["rss_kib"] * 2**10,
+                "start_rss_bytes": r["rss0_kib"] * 2**10, "load_average_1min_ratio": os.getloadavg()[0]}
+        write_report(__file__, {"gpus_count": args.gpus, "hours_count": args.hours, "raw_rows_count": rows,
+                                "generate_s": generate_s, "sweeps": sweeps})
     return 0
 
 

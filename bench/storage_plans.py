@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import write_report  # noqa: E402
 from server.auth.service import Principal  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
@@ -294,8 +295,12 @@ def describe(plan: PlanSummary, catalog: Catalog) -> list[str]:
     return lines
 
 
-def report_path(session: Session, catalog: Catalog, label: str, call: Callable[[], Any], show_sql: bool) -> None:
+def report_path(session: Session, catalog: Catalog, label: str, call: Callable[[], Any],
+                show_sql: bool) -> dict[str, Any]:
+    """Prints the path's plans and returns its figures."""
     wall, statements = run_path(session, label, call)
+    exec_ms: list[float | None] = []
+    temp_blocks = 0
     print(f"\n{label}\n  product call (first run, incl. Python): {wall * 1000:,.0f} ms, {len(statements)} statements")
     print(f"  {'#':>2} {'exec ms':>9} {'hit/read blocks':>17} {'temp':>6}  relations: partitions, scans")
     for i, stmt in enumerate(statements, 1):
@@ -303,6 +308,8 @@ def report_path(session: Session, catalog: Catalog, label: str, call: Callable[[
             print(f"  {i:>2} (not a read: {stmt.sql.split()[0]})")
             continue
         plan = explain(session, stmt, catalog=catalog)
+        exec_ms.append(plan.execution_ms)
+        temp_blocks += plan.temp_blocks
         lines = describe(plan, catalog) or ["(no table)"]
         copy = " [COPY]" if stmt.via_copy else ""
         print(f"  {i:>2} {plan.execution_ms or 0:>9,.1f} {plan.shared_hit_blocks:>8,}/{plan.shared_read_blocks:<8,}"
@@ -311,6 +318,8 @@ def report_path(session: Session, catalog: Catalog, label: str, call: Callable[[
             print(f"  {'':>2} {'':>9} {'':>17} {'':>6}  {line}")
         if show_sql:
             print("      " + re.sub(r"\s+", " ", stmt.query)[:600] + (f"   -- {stmt.params}" if stmt.params else ""))
+    return {"product_call_ms": wall * 1000, "statements_count": len(statements), "reads_exec_ms": exec_ms,
+            "temp_blocks_count": temp_blocks}
 
 
 def _uptime() -> str:
@@ -361,10 +370,14 @@ def main() -> int:
         with factory() as session:
             n_parts = len(Catalog.load(session).partitions["gpu_samples"])
         print_scale(args, gen, _sizes(engine, now), n_parts)
-        run_paths(factory, settings, now, args.sql, args.drop_index)
+        paths = run_paths(factory, settings, now, args.sql, args.drop_index)
         engine.dispose()
         print(f"\npeak RSS of this process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB; "
               f"load after: {_uptime()}")
+        write_report(__file__, {
+            "gpus_count": args.gpus, "days_count": args.days, "gpu_samples_partitions_count": n_parts,
+            "dropped_indexes": args.drop_index, "paths": paths,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 2**10})  # ru_maxrss is in KiB
         return 0
     finally:
         if args.keep or args.reuse:
@@ -376,7 +389,7 @@ def main() -> int:
 
 
 def run_paths(factory, settings: ServerSettings, now: float, show_sql: bool,  # type: ignore[no-untyped-def]
-              drop_indexes: list[str]) -> None:
+              drop_indexes: list[str]) -> dict[str, dict[str, Any]]:
     from server.fleet import service as fleet_service
     from server.fleet.dashboard_router import fleet_timeline
     from server.fleet.router import parse_window
@@ -412,10 +425,10 @@ def run_paths(factory, settings: ServerSettings, now: float, show_sql: bool,  # 
     print("\nplans: EXPLAIN (ANALYZE, BUFFERS) of each captured read, run right after the product call (so mostly "
           "cached); blocks of 8 KiB, shared hit / read; temp = blocks spilled to disk. EXPLAIN ANALYZE does not "
           "detoast or send the rows: the product call's time includes that and the Python work")
-    for label, call in paths:
-        report_path(session, catalog, label, call, show_sql)
+    figures = {label: report_path(session, catalog, label, call, show_sql) for label, call in paths}
     session.rollback()
     session.close()
+    return figures
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate")
 
 
 def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float = 60.0,
-                    timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+                    timeout_s: float = 30.0):
     """Build the dashboard for the API at `api_url`.
 
     `token`, when given, is used by visitors who have not signed in: only for a single-user dashboard.
@@ -27,7 +27,8 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     from dashboard.components import APP_CONFIG_KEY
 
     app = dash.Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
-                    title="fleetprof", update_title=None, serve_locally=True)
+                    # None keeps the tab title while callbacks run: Dash's docstring allows it, its annotation says str
+                    title="fleetprof", update_title=None, serve_locally=True)  # type: ignore[arg-type]
     default_scope = None
     if token:
         try:
@@ -61,7 +62,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 
     @app.callback(Output("auth", "data"), Output("url", "search"), Input("url", "search"),
                   State("auth", "data"))
-    def _sign_in_from_url(search: str | None, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _sign_in_from_url(search: str | None, auth: dict[str, Any] | None):
         from urllib.parse import parse_qs
 
         supplied = parse_qs((search or "").lstrip("?")).get("token", [None])[0]
@@ -76,14 +77,14 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 
     @app.callback(Output("auth", "data", allow_duplicate=True), Output("url", "pathname", allow_duplicate=True),
                   Input("signout", "n_clicks"), prevent_initial_call=True)
-    def _sign_out(n: int):  # type: ignore[no-untyped-def]
+    def _sign_out(n: int):
         if not n:
             raise PreventUpdate
         return None, "/signin"
 
     @app.callback(Output("nav", "children"), Output("whoami", "children"), Output("signout", "style"),
                   Input("auth", "data"))
-    def _nav(auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _nav(auth: dict[str, Any] | None):
         from dashboard.components import is_operator
 
         signed_in = bool((auth or {}).get("token")) or bool(token)
@@ -128,11 +129,11 @@ SECURITY_HEADERS = {
 STATIC_PREFIXES = ("/_dash-component-suites/", "/assets/")
 
 
-def _install_security_headers(server) -> None:  # type: ignore[no-untyped-def]
+def _install_security_headers(server) -> None:
     from flask import request
 
     @server.after_request
-    def _headers(response):  # type: ignore[no-untyped-def]
+    def _headers(response):
         static = request.path.startswith(STATIC_PREFIXES)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, "no-cache" if static and name == "Cache-Control" else value)

@@ -36,6 +36,11 @@ def is_operator(auth: dict[str, Any] | None) -> bool:
     return current_app.config[APP_CONFIG_KEY]["default_scope"] == "operator"
 
 
+def _id(id: str | None) -> dict[str, Any]:
+    """The `id` keyword of a Dash component, left out when it has none."""
+    return {"id": id} if id else {}
+
+
 def error_box(exc: Exception | str, *, id: str | None = None) -> html.Div:
     """An API error as a sentence a person can act on."""
     if isinstance(exc, ApiError):
@@ -49,29 +54,27 @@ def error_box(exc: Exception | str, *, id: str | None = None) -> html.Div:
             children = f"The API answered {exc.status}: {exc.detail}"
     else:
         children = str(exc)
-    kwargs = {"id": id} if id else {}
-    return html.Div(children, className="error", role="alert", **kwargs)
+    return html.Div(children, className="error", role="alert", **_id(id))
 
 
 def kpi(label: str, value: str, source: str | None = None, *, id: str | None = None) -> html.Div:
     """A figure with its unit (inside `value`) and where it came from."""
-    kwargs = {"id": id} if id else {}
     return html.Div([
         html.Div(label, className="kpi-label"),
-        html.Div(value, className="kpi-value", **({"id": f"{id}-value"} if id else {})),
+        html.Div(value, className="kpi-value", **_id(f"{id}-value" if id else None)),
         html.Div(f"source: {source}" if source else "source: unknown", className="kpi-source"),
-    ], className="kpi", **kwargs)
+    ], className="kpi", **_id(id))
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, id: str | None = None,
           empty: str = "nothing to show") -> html.Div | html.Table:
     """A plain HTML table; cells are strings or Dash components (e.g. dcc.Link)."""
     if not rows:
-        return html.Div(empty, className="empty", **({"id": id} if id else {}))
+        return html.Div(empty, className="empty", **_id(id))
     return html.Table([
         html.Thead(html.Tr([html.Th(c) for c in columns])),
         html.Tbody([html.Tr([html.Td(cell) for cell in row]) for row in rows]),
-    ], className="data", **({"id": id} if id else {}))
+    ], className="data", **_id(id))
 
 
 def job_link(job_id: str) -> dcc.Link:
@@ -103,4 +106,4 @@ def by_suffix(key: str, value: Any) -> str:
 
 
 def section(title: str, *children: Any, id: str | None = None) -> html.Section:
-    return html.Section([html.H3(title), *children], className="card", **({"id": id} if id else {}))
+    return html.Section([html.H3(title), *children], className="card", **_id(id))

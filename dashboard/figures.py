@@ -12,6 +12,7 @@ against under 0.1 s in SVG. Browsers also cap a page's WebGL contexts (about 16)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 import numpy as np
@@ -151,7 +152,7 @@ def histogram_quantile(edges: Sequence[float], counts: Sequence[int], total: int
     """The q-quantile read off binned counts (linear within the bin); None when it lies past the last bin."""
     target = q * total
     seen = 0.0
-    for lo, hi, c in zip(edges[:-1], edges[1:], counts):
+    for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True):
         if c and seen + c >= target:
             return lo + (hi - lo) * (target - seen) / c
         seen += c
@@ -247,6 +248,7 @@ def memory_plan_bars(offset_plan: dict[str, Any] | None, swap_plan: dict[str, An
 
 def utilization_heatmap(timeline: dict[str, Any] | None) -> go.Figure:
     """node×GPU rows, hourly columns, colour = mean GPU utilization (%); gaps where a GPU did not report."""
+    timeline = timeline or {}
     hours = (timeline or {}).get("hours") or []
     gpus = (timeline or {}).get("gpus") or []
     if not hours or not gpus:
@@ -300,6 +302,7 @@ def energy_over_time(timeline: dict[str, Any] | None) -> go.Figure:
     """Fleet energy per hour (kWh), stacked by where it came from (NVML energy counter, integrated power...)."""
     from dashboard import format as fmt
 
+    timeline = timeline or {}
     hours = (timeline or {}).get("hours") or []
     energy = (timeline or {}).get("energy_j") or []
     if not hours or all(e is None for e in energy):
@@ -348,9 +351,9 @@ def relayout_range(relayout: dict[str, Any] | None) -> tuple[float, float] | Non
 def _to_epoch_s(value: Any) -> float:
     if isinstance(value, (int, float)):
         return float(value) / 1000.0
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     text = str(value).replace("T", " ")
     fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S" if text.count(":") == 2 else \
         "%Y-%m-%d %H:%M" if ":" in text else "%Y-%m-%d"
-    return datetime.strptime(text, fmt).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()

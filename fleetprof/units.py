@@ -10,7 +10,7 @@ takes its parent's unit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 UNKNOWN = "unknown"
@@ -96,7 +96,7 @@ def hours(value: float | None) -> str:
 def timestamp(epoch_s: float | None) -> str:
     if epoch_s is None:
         return UNKNOWN
-    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _plain(value: float) -> str:

@@ -14,20 +14,27 @@ target_metadata = Base.metadata
 PARTITION = re.compile(r"_p\d{8}$")
 
 
-def include_name(name, type_, parent_names):  # type: ignore[no-untyped-def]
+def include_name(name, type_, parent_names):
     """Daily partitions (created at run time by server/storage/partitions.py) are not part of the schema."""
     return not (type_ == "table" and name and PARTITION.search(name))
 
 
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:  # server/migrate.py sets it from the server's settings
+        raise RuntimeError("sqlalchemy.url is not set in the Alembic config")
+    return url
+
+
 def run_migrations_offline() -> None:
-    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
+    context.configure(url=_url(), target_metadata=target_metadata,
                       literal_binds=True, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
         # render_as_batch: SQLite cannot ALTER most things; batch mode rebuilds tables there.
         context.configure(connection=connection, target_metadata=target_metadata,

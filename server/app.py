@@ -18,15 +18,16 @@ characterization reports, right-sizing and pre-training estimates. Authenticate 
 (`fleetprof token create`). Units are in every field name; unknown values are `null`."""
 
 
-def _broker_check(settings: ServerSettings):  # type: ignore[no-untyped-def]
-    if not settings.broker_url:
+def _broker_check(settings: ServerSettings):
+    url = settings.broker_url
+    if not url:
         return None
 
     def check() -> str:
         import redis
 
         try:
-            redis.Redis.from_url(settings.broker_url, socket_connect_timeout=1, socket_timeout=1).ping()
+            redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping()
             return "ok"
         except Exception as exc:  # noqa: BLE001
             return f"error: {exc.__class__.__name__}"
@@ -40,17 +41,17 @@ class ObserveMiddleware:
 
     HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
 
-    def __init__(self, app, latency) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, app, latency) -> None:
         self.app = app
         self.latency = latency
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
 
-        async def send_with_headers(message) -> None:  # type: ignore[no-untyped-def]
+        async def send_with_headers(message) -> None:
             if message["type"] == "http.response.start":
                 names = {k for k, _ in message.get("headers", [])}
                 message["headers"] = list(message.get("headers", [])) + [h for h in self.HEADERS if h[0] not in names]
@@ -138,7 +139,7 @@ def _document_protocol_bodies(app: FastAPI) -> None:
 
     generate = app.openapi
 
-    def openapi() -> dict:  # type: ignore[type-arg]
+    def openapi() -> dict:
         if app.openapi_schema is None:
             doc = generate()
             schemas = doc.setdefault("components", {}).setdefault("schemas", {})

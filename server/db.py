@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from sqlalchemy import Engine, create_engine, event, func, literal_column
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, func, literal_column
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.config import ServerSettings
+
+if TYPE_CHECKING:
+    from psycopg2.extensions import connection as PgConnection
 
 
 def make_engine(settings: ServerSettings) -> Engine:
@@ -23,7 +26,7 @@ def make_engine(settings: ServerSettings) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_conn, _record):
             # WAL lets the dashboard read while ingest writes; foreign keys are off by default in SQLite.
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -64,19 +67,34 @@ def is_postgres(engine_or_session: Engine | Session) -> bool:
     return bind.dialect.name == "postgresql"
 
 
-def dialect_insert(session: Session):  # type: ignore[no-untyped-def]
+def raw_connection(session: Session) -> PgConnection:
+    """The DBAPI (psycopg2) connection under the session's transaction, for what SQLAlchemy does not do (COPY,
+    EXPLAIN of a captured statement, array inserts). Postgres only."""
+    dbapi = session.connection().connection.dbapi_connection
+    if dbapi is None:  # a checked-out connection always has one; None only once it was invalidated
+        raise RuntimeError("the session's database connection was invalidated")
+    return cast("PgConnection", dbapi)
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an INSERT, UPDATE or DELETE touched. Session.execute types its answer as Result; for those
+    statements it is a CursorResult, the one with rowcount."""
+    return cast("CursorResult[Any]", result).rowcount
+
+
+def dialect_insert(session: Session):
     """INSERT with ON CONFLICT for this session's dialect (Postgres or SQLite)."""
     return pg_insert if is_postgres(session) else sqlite_insert
 
 
-def epoch_column(session: Session, column):  # type: ignore[no-untyped-def]
+def epoch_column(session: Session, column):
     """A timestamp column as float seconds since epoch, per dialect."""
     if is_postgres(session):
         return literal_column(f"extract(epoch from {column.name})::float8")
     return (func.julianday(column) - 2440587.5) * 86400.0
 
 
-def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:
     """The result of `stmt` (numeric or null columns) as a float64 array, null as NaN. Postgres: through
     COPY ... TO STDOUT and pandas' C parser (a 24 h x 1 Hz GPU series is 86,400 rows: building Python tuples for
     them cost ~10x more); SQLite: through rows."""
@@ -89,7 +107,7 @@ def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:  # type: ignor
 
     sql = str(stmt.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
     buf = io.BytesIO()
-    with session.connection().connection.dbapi_connection.cursor() as cur:
+    with raw_connection(session).cursor() as cur:
         cur.copy_expert(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", buf)
     if buf.tell() == 0:
         return np.empty((0, ncols))

@@ -68,7 +68,7 @@ async def get_principal(request: Request, authorization: Annotated[str | None, H
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def _scoped(*scopes: str):  # type: ignore[no-untyped-def]
+def _scoped(*scopes: str):
     async def dep(principal: PrincipalDep) -> Principal:
         return require_scope(principal, *scopes)
 

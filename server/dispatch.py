@@ -19,7 +19,7 @@ class Dispatcher(Protocol):
 
 
 class CeleryDispatcher:
-    def __init__(self, celery_app):  # type: ignore[no-untyped-def]
+    def __init__(self, celery_app):
         self.celery_app = celery_app
 
     def characterize(self, job_pk: int) -> None:
@@ -37,7 +37,7 @@ class CeleryDispatcher:
 class InProcessDispatcher:
     """Embedded mode: one background thread runs tasks in submission order."""
 
-    def __init__(self, sessionmaker, settings):  # type: ignore[no-untyped-def]
+    def __init__(self, sessionmaker, settings):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleetprof-task")
         self._sessionmaker = sessionmaker
         self._settings = settings

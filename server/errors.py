@@ -67,9 +67,9 @@ class TooManyRequests(DomainError):
         super().__init__(message, headers={"Retry-After": str(retry_after_s)})
 
 
-def _raw_dbapi_transient() -> tuple[type[BaseException], ...]:
+def _raw_dbapi_transient() -> tuple[type[Exception], ...]:
     """DBAPI errors raised unwrapped: the ingest fast path runs SQL on the raw psycopg2 cursor."""
-    classes: list[type[BaseException]] = [sqlite3.OperationalError]  # embedded mode: "database is locked"
+    classes: list[type[Exception]] = [sqlite3.OperationalError]  # embedded mode: "database is locked"
     try:
         import psycopg2
 
@@ -98,7 +98,7 @@ def database_unavailable_response(exc: BaseException) -> JSONResponse:
                         headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
 
 
-def _raw_dbapi_data_errors() -> tuple[type[BaseException], ...]:
+def _raw_dbapi_data_errors() -> tuple[type[Exception], ...]:
     try:
         import psycopg2
 
@@ -108,7 +108,7 @@ def _raw_dbapi_data_errors() -> tuple[type[BaseException], ...]:
 
 
 # Input the database refuses to store, raised by SQLAlchemy or (ingest's raw cursor) by psycopg2 itself.
-DATA_ERRORS = (sa_exc.DataError, *_raw_dbapi_data_errors())
+DATA_ERRORS: tuple[type[Exception], ...] = (sa_exc.DataError, *_raw_dbapi_data_errors())
 
 
 def error_response(exc: Exception) -> JSONResponse | None:
@@ -143,6 +143,7 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
 
-    for cls in (DomainError, sa_exc.DBAPIError, sa_exc.TimeoutError, *RAW_TRANSIENT_DB_ERRORS, *DATA_ERRORS,
-                ValueError):
+    handled: tuple[type[Exception], ...] = (DomainError, sa_exc.DBAPIError, sa_exc.TimeoutError,
+                                            *RAW_TRANSIENT_DB_ERRORS, *DATA_ERRORS, ValueError)
+    for cls in handled:
         app.add_exception_handler(cls, _handle)

@@ -12,7 +12,8 @@ from server.config import ServerSettings
 
 # `migrations` is a package of the distribution, so a plain (non-editable) install can migrate too.
 _spec = importlib.util.find_spec("migrations")
-MIGRATIONS_DIR = Path(_spec.origin).parent if _spec and _spec.origin else Path(__file__).resolve().parents[1] / "migrations"
+MIGRATIONS_DIR = (Path(_spec.origin).parent if _spec and _spec.origin
+                  else Path(__file__).resolve().parents[1] / "migrations")
 
 
 def alembic_config(settings: ServerSettings) -> Config:

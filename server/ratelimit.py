@@ -9,10 +9,11 @@ the configured rate, which is the point of the limit (no client can saturate one
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -76,8 +77,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _answer(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
-    body = ('{"detail": "%s"}' % detail.replace('"', "'")).encode()
+async def _answer(send: Send, status: int, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *headers]})

@@ -25,9 +25,11 @@ class _Pending:
         self.key = f"{settings.queue_name}:characterize-pending:{job_pk}"
         self.url = settings.broker_url
 
-    def _redis(self):  # type: ignore[no-untyped-def]
+    def _redis(self):
         import redis
 
+        if not self.url:
+            raise RuntimeError("no broker URL configured: the pending-characterization marker lives in Redis")
         return redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
 
     def claim(self) -> bool:

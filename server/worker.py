@@ -35,7 +35,7 @@ def create_celery_app(settings: ServerSettings | None = None) -> Celery:
     return app
 
 
-def session_factory():  # type: ignore[no-untyped-def]
+def session_factory():
     """The worker process's sessionmaker, built lazily after fork (never shared across processes)."""
     if "factory" not in _state:
         from server.db import make_engine, make_sessionmaker

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fleetprof.errors import CliError
-
 from agent.config import load_settings
 from agent.transport import Transport
+from fleetprof.errors import CliError
 
 
 def client_transport(server_url: str | None = None, token: str | None = None, *, timeout_s: float = 60.0) -> Transport:
@@ -17,6 +16,6 @@ def client_transport(server_url: str | None = None, token: str | None = None, *,
     return Transport(settings.server_url, settings.token, timeout_s=timeout_s)
 
 
-def add_server_arguments(parser) -> None:  # type: ignore[no-untyped-def]
+def add_server_arguments(parser) -> None:
     parser.add_argument("--server", help="collector URL (default: $FLEETPROF_SERVER_URL)")
     parser.add_argument("--token", help="API token (default: $FLEETPROF_TOKEN)")

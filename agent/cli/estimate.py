@@ -12,11 +12,10 @@ import json
 import sys
 from typing import Any
 
-from fleetprof import units
-from fleetprof.errors import CliError
-
 from agent.cli.common import add_server_arguments, client_transport
 from agent.transport import TransportError
+from fleetprof import units
+from fleetprof.errors import CliError
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop"]
 PRECISIONS = ["fp32", "amp_fp16", "amp_bf16"]

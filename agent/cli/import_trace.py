@@ -12,10 +12,9 @@ import gzip
 import sys
 from pathlib import Path
 
-from fleetprof.errors import CliError
-
 from agent.cli.common import add_server_arguments, client_transport
 from agent.transport import TransportError
+from fleetprof.errors import CliError
 
 PICKLE_MAGIC = b"\x80"
 

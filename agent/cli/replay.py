@@ -16,11 +16,10 @@ import sys
 import time
 import uuid
 
-from fleetprof.errors import CliError
-
 from agent.cli.common import add_server_arguments, client_transport
 from agent.recordings import RecordingError, iter_timesteps, make_batch, read_recording
 from agent.transport import TransportError
+from fleetprof.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,12 +7,11 @@ import json
 import sys
 from typing import Any
 
+from agent.cli.common import add_server_arguments, client_transport
+from agent.cli.tables import recommendation_lines, record_lines, section_lines
+from agent.transport import TransportError
 from fleetprof import units
 from fleetprof.errors import CliError
-
-from agent.cli.common import add_server_arguments, client_transport
-from agent.cli.tables import record_lines, recommendation_lines, section_lines
-from agent.transport import TransportError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,11 +8,10 @@ import json
 import sys
 from typing import Any
 
-from fleetprof.errors import CliError
-
 from agent.cli.common import add_server_arguments, client_transport
 from agent.cli.tables import recommendation_lines, section_lines
 from agent.transport import TransportError
+from fleetprof.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

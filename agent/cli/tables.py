@@ -13,7 +13,7 @@ MAX_ROWS = 12  # rows of a record list shown (all are in --format json)
 def aligned(header: list[str], rows: list[list[str]], indent: str = "") -> list[str]:
     """Columns padded to their widest cell."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    return [indent + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in (header, *rows)]
+    return [indent + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
 
 
 def record_lines(rows: list[dict[str, Any]], indent: str, parent_suffix: str | None) -> list[str]:

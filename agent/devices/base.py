@@ -14,6 +14,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from agent.protocol import SampleSource
+
 
 class DeviceError(Exception):
     """Base class of every error raised by a device implementation."""
@@ -102,7 +104,7 @@ class Devices(abc.ABC):
     """A node's GPUs. Implementations: `NvmlDevices` (live), `ReplayDevices` (a recording as if live)."""
 
     #: the protocol's batch `source` for data from this device set
-    source: str = "nvml"
+    source: SampleSource = "nvml"
     #: whether process ids are this host's (so /proc attribution applies); a replay's are not
     local_pids: bool = True
 

@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeVar
 
 from agent.devices.base import (
@@ -31,6 +30,7 @@ from agent.devices.base import (
     GpuReading,
     NodeFacts,
 )
+from agent.protocol import SampleSource
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -99,15 +99,17 @@ def value_reader(nvml: Any) -> Callable[[Any], float | int | None]:
 class NvmlDevices(Devices):
     """All GPUs (and MIG devices) NVML sees on this node. Not thread-safe: one sampler owns it."""
 
-    source = "nvml"
+    source: SampleSource = "nvml"
 
-    def __init__(self, nvml: ModuleType | Any | None = None, *, xid_events: bool = True,
+    def __init__(self, nvml: Any = None, *, xid_events: bool = True,
                  clock: Callable[[], float] = time.monotonic):
+        # `nvml`: the pynvml module or a test double of it (untyped: pynvml ships no type hints)
         if nvml is None:
             try:
-                import pynvml as nvml  # lazy: nodes without the agent extra can still import agent/
+                import pynvml  # lazy: nodes without the agent extra can still import agent/
             except ImportError as exc:
                 raise DeviceUnavailableError("nvidia-ml-py is not installed (pip install 'fleetprof[agent]')") from exc
+            nvml = pynvml
         self._nvml = nvml
         self._clock = clock
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
@@ -258,7 +260,7 @@ class NvmlDevices(Devices):
         except nvml.NVMLError as exc:
             log.info("NVML event sets unavailable, XID errors will be null: %s", exc)
             return
-        for ident, handle in zip(self._ids, self._handles):
+        for ident, handle in zip(self._ids, self._handles, strict=True):
             if ident.mig_parent_uuid is not None:
                 continue
             try:
@@ -394,7 +396,7 @@ class NvmlDevices(Devices):
         if values is None:
             return
         success, value = self._success, self._field_value
-        for (name, attr, _), fv in zip(scalars, values):
+        for (name, attr, _), fv in zip(scalars, values, strict=False):
             if fv.nvmlReturn == success:
                 v = value(fv)
                 setattr(r, attr, None if v is None else int(v))
@@ -443,7 +445,7 @@ class NvmlDevices(Devices):
         nvml = self._nvml
         if self._event_set is None:
             return []
-        out = []
+        out: list[tuple[int, int]] = []
         while True:
             try:
                 data = nvml.nvmlEventSetWait(self._event_set, 0)

@@ -21,6 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from itertools import pairwise
 
 from agent.devices.base import Devices, GpuIdentity, GpuProcess, GpuReading, NodeFacts
 from agent.protocol import SampleBatch
@@ -48,7 +49,7 @@ class ReplayDevices(Devices):
         steps = list(iter_timesteps(recording))
         self._offsets = [group[0].ts - recording.start_ts for group in steps]
         self._steps = [{row.gpu_uuid: row.values for row in group} for group in steps]
-        gaps = [b - a for a, b in zip(self._offsets, self._offsets[1:])]
+        gaps = [b - a for a, b in pairwise(self._offsets)]
         # one loop lasts the recording plus one typical gap, so the last step is shown as long as the others
         self._period_s = (self._offsets[-1] + (sorted(gaps)[len(gaps) // 2] if gaps else 1.0)) or 1.0
         self._ids = [
@@ -80,7 +81,8 @@ class ReplayDevices(Devices):
         elapsed = (self._clock() - self._t0) * self._speed
         loops = 0
         if self._loop:
-            loops, elapsed = divmod(elapsed, self._period_s)
+            whole, elapsed = divmod(elapsed, self._period_s)
+            loops = int(whole)
         i = max(0, bisect.bisect_right(self._offsets, elapsed) - 1)
         return i, elapsed, int(loops)
 

@@ -16,6 +16,7 @@ bytes of the tensors the module returns.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -109,10 +110,8 @@ class LayerSampler:
 
     def stop(self) -> None:
         for h in self._handles:
-            try:
+            with contextlib.suppress(Exception):  # a handle whose graph is gone
                 h.remove()
-            except Exception:  # a handle whose graph is gone
-                pass
         self._handles.clear()
         self.active = False
 

@@ -52,6 +52,7 @@ from agent.hooks.memory import RssPeak, cuda_peaks_and_reset
 from agent.hooks.sender import EventSender
 from agent.transport import Transport
 
+snapshot_to_json: Callable[..., dict[str, Any]] | None
 try:  # written by the imports engineer; optional here
     from agent.snapshot import snapshot_to_json  # type: ignore[import-not-found,unused-ignore]
 except ImportError:

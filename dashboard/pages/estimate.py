@@ -8,7 +8,6 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd_momentum", "adagrad", "rmsprop")
 PRECISIONS = (("fp32", "fp32"), ("AMP fp16", "amp_fp16"), ("AMP bf16", "amp_bf16"))
 
@@ -115,7 +114,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   State("est-seq-len", "value"), State("est-batch", "value"), State("est-optimizer", "value"),
                   State("est-precision", "value"), State("est-accum", "value"), State("est-options", "value"),
                   State("est-gpus", "value"), State("auth", "data"), prevent_initial_call=True)
-    def _estimate(n: int, source: str, model: str, shape: str, seq_len: int, batch: int,  # type: ignore[no-untyped-def]
+    def _estimate(n: int, source: str, model: str, shape: str, seq_len: int, batch: int,
                   optimizer: str, precision: str, accum: int, options: list[str], gpus: str,
                   auth: dict[str, Any] | None):
         if not n:
@@ -137,4 +136,5 @@ def register_callbacks(app: dash.Dash) -> None:
 
 def register_pages() -> None:
     """Add this module's page(s) to dash.page_registry (once per process, after the first app exists)."""
-    dash.register_page(__name__, path="/estimate", name="Estimator", title="fleetprof · estimator", order=3, layout=layout)
+    dash.register_page(__name__, path="/estimate", name="Estimator", title="fleetprof · estimator", order=3,
+                       layout=layout)

@@ -7,9 +7,8 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
-_GRAPH_CONFIG = {"displaylogo": False}
+_GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 
 
 def layout(**_: Any) -> html.Div:
@@ -53,7 +52,7 @@ def kpi_cards(summary: dict[str, Any], timeline: dict[str, Any] | None = None) -
     sources = summary.get("sources") or {}
     total, reporting = summary.get("gpus_total"), _first(summary, "gpus", "gpus_reporting")
     unknown_now = summary.get("gpus_unknown_now")
-    energy_source = figures.energy_source_shares(timeline) if timeline else fmt.UNKNOWN
+    energy_source: str | None = figures.energy_source_shares(timeline) if timeline else fmt.UNKNOWN
     energy_source = (_first(summary, "energy_source") or sources.get("energy_j")) if energy_source == fmt.UNKNOWN \
         else f"{energy_source} (hourly rollups)"
     return [
@@ -76,7 +75,8 @@ def wasteful_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
     from dashboard.components import job_link
 
     return [[job_link(j["job_id"]), fmt.text(j.get("team")), fmt.count(_first(j, "gpus", "gpu_count"), "GPUs"),
-             fmt.fraction_pct(j.get("gpu_busy_fraction")) if "gpu_busy_fraction" in j else fmt.pct(j.get("gpu_mean_pct")),
+             fmt.fraction_pct(j.get("gpu_busy_fraction")) if "gpu_busy_fraction" in j
+             else fmt.pct(j.get("gpu_mean_pct")),
              fmt.hours(j.get("wasted_gpu_hours")),
              fmt.gib(_first(j, "memory_stranded_bytes", "stranded_memory_bytes")),
              fmt.energy(j.get("idle_energy_j"))] for j in jobs]
@@ -101,7 +101,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   Output("fleet-idle", "children"), Output("fleet-updated", "children"),
                   Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"),
                   Output("fleet-headroom", "figure"), *inputs)
-    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):
         """The whole page from three API calls made at once."""
         if (msg := _need_operator(auth)) is not None:
             empty = figures.empty_figure("operator token needed")

@@ -19,7 +19,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-_GRAPH_CONFIG = {"displaylogo": False}
+_GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 CONTENT_MAX_PX = 1500  # .content max-width in assets/style.css
 _PAGE_PADDING_PX, _ROW_GAP_PX, _PLOT_MARGINS_PX = 48, 12, 80
 
@@ -70,7 +70,8 @@ def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
     meta = table(["name", "team", "state", "node", "GPUs", "started", "ended", "duration", "analyzed"], [[
         fmt.text(job.get("name")), fmt.text(job.get("team")), job.get("state", fmt.UNKNOWN), fmt.text(job.get("node")),
         fmt.count(len(job.get("gpu_uuids") or [])), fmt.timestamp(job.get("started_at")),
-        fmt.timestamp(job.get("ended_at")), fmt.seconds(job.get("duration_s")), fmt.timestamp(report.get("analyzed_at")),
+        fmt.timestamp(job.get("ended_at")), fmt.seconds(job.get("duration_s")),
+        fmt.timestamp(report.get("analyzed_at")),
     ]], id="job-meta")
     replay = (job.get("metadata") or {}).get("replay")
     kpis = html.Div([
@@ -218,7 +219,8 @@ def optimization_section(report: dict[str, Any]) -> html.Section | None:
         parts += [html.H4("Fragmentation findings"),
                   table(["finding", "why", "waste", "saving"],
                         [[fmt.text(f.get("summary")), fmt.text(f.get("reason")),
-                          by_suffix("waste_bytes", f.get("waste_bytes")), by_suffix("saving_bytes", f.get("saving_bytes"))]
+                          by_suffix("waste_bytes", f.get("waste_bytes")),
+                          by_suffix("saving_bytes", f.get("saving_bytes"))]
                          for f in findings], id="job-fragmentation-findings")]
     for name, plan in opt.items():  # parts this page does not know yet: their fields, units from the names
         if name in ("offset_plan", "swap_plan", "fragmentation", "source", "notes") or not plan:
@@ -359,7 +361,7 @@ def register_callbacks(app: dash.Dash) -> None:
     @app.callback(Output("job-summary", "children"), Output("job-details", "children"),
                   Output("job-title", "children"), Output("job-layer-bars", "figure"),
                   Input("job-id", "data"), Input("auth", "data"))
-    def _report(job_id: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _report(job_id: str, auth: dict[str, Any] | None):
         from dashboard.format import text
 
         try:
@@ -367,9 +369,9 @@ def register_callbacks(app: dash.Dash) -> None:
                 job, report = gather(lambda: c.job(job_id), lambda: c.report(job_id))
         except ApiError as exc:
             job = report = exc
-        for answer in (job, report):
-            if isinstance(answer, ApiError):
-                return error_box(answer, id="job-error"), [], job_id, figures.empty_figure("not available")
+        if isinstance(job, ApiError) or isinstance(report, ApiError):
+            failed = next(a for a in (job, report) if isinstance(a, ApiError))
+            return error_box(failed, id="job-error"), [], job_id, figures.empty_figure("not available")
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    optimization_section(report), layers_section(report), gpus_section(report),
@@ -384,7 +386,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-memory", "figure"), Output("job-power", "figure"), Output("job-util", "figure"),
                   Output("job-step-hist", "figure"), Input("job-view", "data"), State("auth", "data"))
-    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):
         """The time plots and step times for the view's range (the whole job when not zoomed)."""
         if not view or not view.get("job_id"):
             raise PreventUpdate
@@ -392,6 +394,7 @@ def register_callbacks(app: dash.Dash) -> None:
         rng = figures.relayout_range(view.get("relayout"))
         since, until = rng if isinstance(rng, tuple) else (None, None)
         full, half = plot_points(view.get("width_px"), half=False), plot_points(view.get("width_px"), half=True)
+        steps: dict[str, Any] | ApiError | None
         try:
             with client_for(auth) as c:
                 series, steps = gather(
@@ -424,7 +427,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-download", "data"), Input("job-download-button", "n_clicks"), State("job-id", "data"),
                   State("auth", "data"), prevent_initial_call=True)
-    def _download(n: int, job_id: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _download(n: int, job_id: str, auth: dict[str, Any] | None):
         if not n:
             raise PreventUpdate
         try:

@@ -8,7 +8,6 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-
 PAGE_SIZE = 50
 STATES = ("pending", "running", "finished", "failed", "killed", "oom", "lost")
 WINDOWS = (("any time", ""), ("last hour", "3600"), ("last 24 hours", "86400"), ("last 7 days", "604800"),
@@ -54,7 +53,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("jobs-offset", "data"), Input("jobs-prev", "n_clicks"), Input("jobs-next", "n_clicks"),
                   *filters, State("jobs-offset", "data"), prevent_initial_call=True)
-    def _page(_p: int, _n: int, _q: str, _t: str, _s: str, _w: str, offset: int):  # type: ignore[no-untyped-def]
+    def _page(_p: int, _n: int, _q: str, _t: str, _s: str, _w: str, offset: int):
         trigger = dash.ctx.triggered_id
         if trigger == "jobs-next":
             return offset + PAGE_SIZE
@@ -64,7 +63,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("jobs-table", "children"), Output("jobs-count", "children"),
                   Input("jobs-offset", "data"), *filters, Input("auth", "data"))
-    def _jobs(offset: int, q: str, team: str, state: str, window: str,  # type: ignore[no-untyped-def]
+    def _jobs(offset: int, q: str, team: str, state: str, window: str,
               auth: dict[str, Any] | None):
         since = time.time() - float(window) if window else None
         try:

@@ -29,7 +29,7 @@ def register_callbacks(app: dash.Dash) -> None:
     from dashboard.components import client_for, error_box, job_link, node_link, section, table
 
     @app.callback(Output("nodes-table", "children"), Input("auth", "data"))
-    def _nodes(auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _nodes(auth: dict[str, Any] | None):
         try:
             with client_for(auth) as c:
                 nodes, gpus = c.nodes(), c.gpus()
@@ -49,7 +49,7 @@ def register_callbacks(app: dash.Dash) -> None:
                      rows, id="nodes-list", empty="no nodes have reported yet")
 
     @app.callback(Output("node-detail", "children"), Input("node-name", "data"), Input("auth", "data"))
-    def _detail(name: str, auth: dict[str, Any] | None):  # type: ignore[no-untyped-def]
+    def _detail(name: str, auth: dict[str, Any] | None):
         try:
             with client_for(auth) as c:
                 gpus = c.gpus(node=name)

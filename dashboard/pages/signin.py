@@ -29,7 +29,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   Output("signin-message", "children"),
                   Input("signin-submit", "n_clicks"), Input("signin-token", "n_submit"),
                   State("signin-token", "value"), prevent_initial_call=True)
-    def _sign_in(_clicks: int, _submit: int, token: str | None):  # type: ignore[no-untyped-def]
+    def _sign_in(_clicks: int, _submit: int, token: str | None):
         from flask import current_app
 
         from dashboard.client import ApiClient

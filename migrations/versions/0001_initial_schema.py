@@ -1,15 +1,16 @@
 """initial schema
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-22 02:14:37.539150
 """
 from __future__ import annotations
 
-from alembic import op
 import sqlalchemy as sa
-import server.models.base
+from alembic import op
 from sqlalchemy.dialects import postgresql
+
+import server.models.base
 
 revision = '0001'
 down_revision = None

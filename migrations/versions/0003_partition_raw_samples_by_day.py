@@ -9,7 +9,7 @@ Create Date: 2026-11-22 03:20:00
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone  # noqa: F401 - datetime: the type of _days()
+from datetime import UTC, datetime, timedelta, timezone  # noqa: F401 - datetime: the type of _days()
 
 from alembic import op
 
@@ -28,7 +28,7 @@ TABLES = {
 def _days(table: str) -> list[datetime]:
     rows = op.get_bind().exec_driver_sql(
         f"SELECT DISTINCT date_trunc('day', ts AT TIME ZONE 'UTC') FROM {table}_old").fetchall()
-    return [r[0].replace(tzinfo=timezone.utc) for r in rows]
+    return [r[0].replace(tzinfo=UTC) for r in rows]
 
 
 def _rebuild(table: str, pk: str, indexes: list[tuple[str, str]], *, partitioned: bool) -> None:

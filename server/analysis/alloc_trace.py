@@ -136,7 +136,7 @@ def _pair_events(
             else:
                 f_seq[k] = i
     notes = [f"{lost_frees} allocations had no free event before their address was reused"] if lost_frees else []
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "size_bytes": np.asarray(size, np.int64),
         "alloc_seq": np.asarray(a_seq, np.int64),
         "free_seq": np.asarray(f_seq, np.int64),
@@ -144,8 +144,10 @@ def _pair_events(
         "stream": np.asarray(stream_out, np.int64),
     }
     start_t, end_t = (float(seq_t[0]), float(seq_t[-1])) if n else (0.0, 0.0)
-    arrays["alloc_t"] = np.where(arrays["alloc_seq"] >= 0, seq_t[np.maximum(arrays["alloc_seq"], 0)], start_t) if n else np.zeros(0)
-    arrays["free_t"] = np.where(arrays["free_seq"] < n, seq_t[np.minimum(arrays["free_seq"], n - 1)], end_t) if n else np.zeros(0)
+    arrays["alloc_t"] = (np.where(arrays["alloc_seq"] >= 0, seq_t[np.maximum(arrays["alloc_seq"], 0)], start_t)
+                         if n else np.zeros(0))
+    arrays["free_t"] = (np.where(arrays["free_seq"] < n, seq_t[np.minimum(arrays["free_seq"], n - 1)], end_t)
+                        if n else np.zeros(0))
     return arrays, notes
 
 
@@ -261,7 +263,8 @@ def from_allocator_events(events: Sequence[Mapping[str, Any]]) -> AllocationTrac
     if not ts:
         raise ValueError("no alloc/free events")
     t = np.maximum.accumulate(np.asarray(ts))
-    arrays, notes = _pair_events(t, np.asarray(addrs, np.int64), np.asarray(nbytes, np.int64), np.asarray(streams, np.int64))
+    arrays, notes = _pair_events(t, np.asarray(addrs, np.int64), np.asarray(nbytes, np.int64),
+                                 np.asarray(streams, np.int64))
     return AllocationTrace(
         **arrays,
         time_unit_s=1e-6,
@@ -269,6 +272,7 @@ def from_allocator_events(events: Sequence[Mapping[str, Any]]) -> AllocationTrac
         end_t=float(t[-1]),
         n_events=len(ts),
         source="allocator_events",
+        device=None, untracked_live_bytes=None, observed_allocated_bytes=None,  # unknown from allocator events
         observed_reserved_bytes=peak_reserved if saw_segments else None,
         notes=tuple(notes),
     )

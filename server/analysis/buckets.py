@@ -81,5 +81,5 @@ def merged_points(b: Buckets, factor: int) -> tuple[np.ndarray, list[np.ndarray]
     ts = interleave(b.first_s[starts], b.last_s[ends])
     with np.errstate(invalid="ignore"):  # fmin/fmax skip NaN; all-NaN stays NaN
         values = [interleave(np.fmin.reduceat(lo, starts), np.fmax.reduceat(hi, starts))
-                  for lo, hi in zip(b.low, b.high)]
+                  for lo, hi in zip(b.low, b.high, strict=True)]
     return ts, values

@@ -82,7 +82,8 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
     sources["memory.peak_used_bytes"] = top.source if top else None
     sources["memory.peak_allocated_bytes"] = fw["source"] if fw["peak_allocated_bytes"] is not None else None
     sources["memory.peak_reserved_bytes"] = fw["source"] if fw["peak_reserved_bytes"] is not None else None
-    sources["memory.fragmentation_bytes"] = "framework:reserved-allocated" if fw["fragmentation_bytes"] is not None else None
+    sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw["fragmentation_bytes"] is not None
+                                             else None)
     sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem["process_peak_bytes"] is not None
                                             else None)
 
@@ -145,14 +146,15 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
         "price_per_kwh_usd": job.energy_settings.price_per_kwh_usd,
     }
     sources["energy.energy_j"] = energy_block["source"]
-    sources["energy.energy_per_step_j"] = "energy/framework_steps" if energy_block["energy_per_step_j"] is not None else None
+    sources["energy.energy_per_step_j"] = ("energy/framework_steps" if energy_block["energy_per_step_j"] is not None
+                                           else None)
 
     util = _utilization(job.gpus)
     sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util["gpu_mean_pct"] is not None else None
     sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util["memory_mean_pct"] is not None else None
 
     gpus_out = []
-    for g, m, e in zip(job.gpus, gmem, genergy):
+    for g, m, e in zip(job.gpus, gmem, genergy, strict=True):
         u = g.column("gpu_util_pct")
         gpus_out.append({
             "uuid": g.uuid, "name": g.name, "memory_total_bytes": m.memory_total_bytes,

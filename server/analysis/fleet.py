@@ -119,7 +119,7 @@ def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, 
     energy = np.where(rsum(w * e_known) > 0, rsum(np.where(e_known, w * e, 0.0)), np.nan)
     counter, power = rany(t.from_counter[idx]), rany(t.from_power[idx])
     source = np.array([("mixed" if p else "hardware_counter") if c else ("integrated_power" if p else None)
-                       for c, p in zip(counter, power)], dtype=object)
+                       for c, p in zip(counter, power, strict=True)], dtype=object)
 
     mem = t.mem[idx]
     mem_peak = np.maximum.reduceat(np.where(np.isnan(mem), -np.inf, mem), starts)
@@ -175,7 +175,7 @@ def attribution_weights(ts: np.ndarray, windows: Sequence[tuple[Hashable, float,
 def attributed_rollup(terms: SampleTerms, keys: Sequence[Hashable | None], weights: np.ndarray) -> dict[str, Any]:
     """reduce_hours once per key (attribution_weights), as one table with a `key` column (object): a key's
     rows are the hours it has samples in."""
-    parts = [(k, reduce_hours(terms, w)) for k, w in zip(keys, weights)]
+    parts = [(k, reduce_hours(terms, w)) for k, w in zip(keys, weights, strict=True)]
     out: dict[str, Any] = {f: np.concatenate([p[f] for _, p in parts]) if parts else np.empty(0)
                            for f in (*ROLLUP_FIELDS, ENERGY_SOURCE)}
     out["key"] = np.array([k for k, p in parts for _ in range(p["hour_start"].size)], dtype=object)

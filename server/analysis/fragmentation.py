@@ -156,7 +156,8 @@ def fragmentation_findings(
         })
 
     if trace is not None and len(trace) and reserved is not None:
-        expandable = untracked + -(-online_best_fit_bytes(trace, alignment) // EXPANDABLE_PAGE_BYTES) * EXPANDABLE_PAGE_BYTES
+        pages = -(-online_best_fit_bytes(trace, alignment) // EXPANDABLE_PAGE_BYTES)  # rounded up
+        expandable = untracked + pages * EXPANDABLE_PAGE_BYTES
         saving = reserved - expandable
         findings.append({
             "kind": "expandable_segments",

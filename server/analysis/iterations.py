@@ -195,7 +195,7 @@ def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> dict[str, Any]:
     if out["stall_fraction"] > 0.02:
         res = detect_period(np.asarray(ts, dtype=np.float64), dip.astype(np.float64))
         out["periodic"] = res is not None and res.confidence >= 0.3
-        out["stall_period_s"] = res.period_s if out["periodic"] else None
+        out["stall_period_s"] = res.period_s if res is not None and out["periodic"] else None
     else:
         out["periodic"] = False
     return out
@@ -220,7 +220,7 @@ def rank_stragglers(rank: np.ndarray, wall_s: np.ndarray, *, tol: float = 0.1) -
     slow = medians > (1.0 + tol) * job_median
     out["stragglers"] = [
         {"rank": int(r), "median_step_s": float(m), "slowdown_fraction": float(m / job_median - 1.0)}
-        for r, m in zip(ranks[slow], medians[slow])
+        for r, m in zip(ranks[slow], medians[slow], strict=True)
     ]
     return out
 

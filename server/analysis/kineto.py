@@ -29,20 +29,14 @@ import re
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Mapping, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from server.analysis.trace_io import (
-    TraceFormatError,
-    TraceTooLargeError,
-    iter_events,
-    open_trace,
-    read_header,
-)
+from server.analysis.trace_io import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
 
 __all__ = [
     "DeviceInfo",
@@ -327,11 +321,12 @@ def _reopenable(source: bytes | str | Path | IO[bytes]) -> tuple[bytes | str | P
         return source, None
     if source.seekable():
         return source, None
-    spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+    # returned open: the caller reads it twice and closes it (the second element of the pair)
+    spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115
     while chunk := source.read(1 << 20):
         spool.write(chunk)
     spool.seek(0)
-    return spool, spool  # type: ignore[return-value]
+    return spool, spool
 
 
 def summarize_trace(source: bytes | Path | IO[bytes], *, max_bytes: int | None = None) -> TraceSummary:
@@ -463,9 +458,9 @@ def _gpu_breakdown(acc: _Accumulator, notes: list[str]) -> GpuTimeBreakdown | No
         ts = np.ceil(ts)
         end = np.maximum(np.floor(end), ts)
     keep = np.ones(ts.shape[0], dtype=bool)
-    last_step_excluded = len(acc.step_names) > 1 and acc.last_step_start is not None
-    if last_step_excluded:
-        limit = acc.last_step_start
+    limit = acc.last_step_start
+    last_step_excluded = len(acc.step_names) > 1 and limit is not None
+    if last_step_excluded and limit is not None:
         c_ts = np.frombuffer(acc.c_ts, dtype=np.float64)
         if acc.float_ts:
             c_ts = np.ceil(c_ts)
@@ -536,7 +531,8 @@ def _memory_timelines(acc: _Accumulator, notes: list[str]) -> list[MemoryTimelin
         delta = np.frombuffer(cols[2], dtype=np.int64)[order]
         total = np.frombuffer(cols[3], dtype=np.int64)[order]
         reserved_col = np.frombuffer(cols[4], dtype=np.int64)[order]
-        device = f"cuda:{dev_id}" if dev_type == KINETO_CUDA_DEVICE_TYPE else ("cpu" if dev_type == 0 else f"type{dev_type}:{dev_id}")
+        device = (f"cuda:{dev_id}" if dev_type == KINETO_CUDA_DEVICE_TYPE
+                  else ("cpu" if dev_type == 0 else f"type{dev_type}:{dev_id}"))
         if (total >= 0).all():
             source, allocated = "total_allocated", total
         else:
@@ -571,7 +567,7 @@ def _downsample_peaks(values: np.ndarray, max_points: int) -> np.ndarray:
     buckets = max_points // 2
     edges = np.linspace(0, n, buckets + 1).astype(np.int64)
     picks = [0, n - 1]
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         if hi > lo:
             chunk = values[lo:hi]
             picks.append(lo + int(np.argmax(chunk)))
@@ -645,8 +641,10 @@ def combine_ranks(summaries: Iterable[TraceSummary | Mapping[str, Any]]) -> dict
         "idle_pct": share("idle_us"),
         "compute_pct": share("compute_us"),
         "non_compute_pct": share("non_compute_us"),
-        "peak_allocated_bytes": max((r["peak_allocated_bytes"] for r in rows if r["peak_allocated_bytes"] is not None), default=None),
-        "peak_reserved_bytes": max((r["peak_reserved_bytes"] for r in rows if r["peak_reserved_bytes"] is not None), default=None),
+        "peak_allocated_bytes": max((r["peak_allocated_bytes"] for r in rows if r["peak_allocated_bytes"] is not None),
+                                    default=None),
+        "peak_reserved_bytes": max((r["peak_reserved_bytes"] for r in rows if r["peak_reserved_bytes"] is not None),
+                                   default=None),
     }
     timed = [r for r in rows if r["step_time_mean_us"] is not None]
     straggler = None

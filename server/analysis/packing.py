@@ -265,10 +265,10 @@ def _skyline(units: np.ndarray, alloc_seq: np.ndarray, free_seq: np.ndarray) -> 
         hr = seg_h.get(b)
         if hl is None and hr is None:
             break  # unreachable while blocks remain: one segment spans every lifetime
-        new_h = hl if hr is None or (hl is not None and hl <= hr) else hr
+        new_h = min(h for h in (hl, hr) if h is not None)
         ns, ne = a, b
         del seg_end[a], seg_h[a], seg_start[b]
-        if hl == new_h:
+        if hl == new_h and left is not None:  # hl is known only with a left neighbour
             ns = left
             del seg_end[left], seg_h[left], seg_start[a]
         if hr == new_h:

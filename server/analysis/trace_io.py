@@ -77,7 +77,7 @@ def open_trace(source: str | Path | bytes | IO[bytes], *, max_bytes: int | None 
     `TraceTooLargeError`; `.bytes_read` says how much was read.
     """
     if isinstance(source, (str, Path)):
-        raw: IO[bytes] = open(source, "rb")
+        raw: IO[bytes] = open(source, "rb")  # noqa: SIM115 - returned open; closing the result closes it
     elif isinstance(source, (bytes, bytearray, memoryview)):
         raw = io.BytesIO(bytes(source))
     else:
@@ -89,7 +89,7 @@ def open_trace(source: str | Path | bytes | IO[bytes], *, max_bytes: int | None 
     return _LimitedReader(inner, max_bytes)
 
 
-def iter_events(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
+def iter_events(stream: IO[bytes] | io.RawIOBase) -> Iterator[dict[str, Any]]:
     """Yield each element of `traceEvents` as a dict (numbers as int/float, not Decimal)."""
     try:
         yield from ijson.items(stream, f"{EVENTS_KEY}.item", use_float=True)

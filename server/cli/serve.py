@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 # Idle keep-alive connections are kept this long. uvicorn's default (5 s) equals the agent's batch interval, so the
 # server closed a connection just as the agent sent its next batch on it ("Server disconnected without sending a
 # response", a retry and a warning every few minutes); above the interval the connection is reused.

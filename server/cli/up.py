@@ -48,7 +48,7 @@ def _gpu_present() -> bool:
         return False
 
 
-def _periodic(stop: threading.Event, settings) -> None:  # type: ignore[no-untyped-def]
+def _periodic(stop: threading.Event, settings) -> None:
     """Embedded mode's beat: rollups and due characterizations, in-process."""
     from server.db import make_engine, make_sessionmaker, session_scope
     from server.fleet.service import RECENT_HOURS, backlog_spans, rollup_hours
@@ -90,7 +90,7 @@ def _register_demo_job(base_url: str, token: str, recording: Path) -> None:
                                      "metadata": {"replay": True}})
 
 
-def _wait_started(server, thread: threading.Thread, url: str, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_started(server, thread: threading.Thread, url: str, timeout_s: float = 60.0) -> None:
     """Wait until OUR uvicorn bound its port (another process answering on it does not count)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
-    def start(target, *a, name: str) -> None:  # type: ignore[no-untyped-def]
+    def start(target, *a, name: str) -> None:
         t = threading.Thread(target=target, args=a, name=name, daemon=True)
         t.start()
         threads.append(t)
@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     if settings.embedded:
         start(_periodic, stop, settings, name="periodic")
 
-    lines = [f"fleetprof is up ({'embedded: SQLite under ' + str(settings.data_dir) if settings.embedded else 'postgres'})",
+    mode = f"embedded: SQLite under {settings.data_dir}" if settings.embedded else "postgres"
+    lines = [f"fleetprof is up ({mode})",
              f"  API:        {base_url}   (OpenAPI docs: {base_url}/docs)"]
     if not args.no_dashboard:
         try:

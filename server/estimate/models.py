@@ -8,7 +8,7 @@ config is built: no weights, no hub access (`from_pretrained` is never called).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str) -> R
         module = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or the module raised while importing
         raise UnknownModelError(f"cannot import module {module_name!r} for factory {spec.factory!r}: {exc}") from exc
-    factory = module
+    factory: Any = module
     for part in attr.split("."):
         factory = getattr(factory, part, None)
         if factory is None:
@@ -124,7 +124,7 @@ def _hf_config(spec: ModelSpec) -> Any:
 def _hf_task(config: Any, wanted: str) -> str:
     from transformers.models.auto import modeling_auto as auto
 
-    mappings = {
+    mappings: dict[str, Container[str]] = {
         "seq2seq_lm": auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
         "image_classification": auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
         "masked_lm": auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -191,11 +191,12 @@ def _resolve_hf(spec: ModelSpec, seq_len: int | None) -> ResolvedModel:
 def enable_checkpointing(model: torch.nn.Module, hf: bool) -> None:
     """Activation checkpointing: HF's own switch, else every block of the largest ModuleList/Sequential."""
     if hf and getattr(model, "supports_gradient_checkpointing", False):
+        hf_model: Any = model  # a transformers PreTrainedModel (its switches are not torch.nn.Module's)
         enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5
         if enable is not None:
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return
     from torch.utils.checkpoint import checkpoint
 
@@ -210,4 +211,4 @@ def enable_checkpointing(model: torch.nn.Module, hf: bool) -> None:
         def checkpointed(*args: Any, _forward: Callable = forward, **kwargs: Any) -> Any:
             return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
-        block.forward = checkpointed  # type: ignore[method-assign]
+        block.forward = checkpointed

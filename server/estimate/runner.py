@@ -20,9 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from server.estimate.errors import (
-    ERROR_KINDS, EstimateCrashError, EstimateError, EstimateTimeoutError,
-)
+from server.estimate.errors import ERROR_KINDS, EstimateCrashError, EstimateError, EstimateTimeoutError
 from server.estimate.schemas import EstimateRequest
 
 logger = logging.getLogger(__name__)

@@ -88,7 +88,7 @@ class _Estimator:
         if not (len(t1.events) == len(t2.events) == len(t3.events)) or t1.baseline_events != t2.baseline_events:
             return False
         coeffs = []
-        for (k1, n1), (k2, n2), (k3, n3) in zip(t1.events, t2.events, t3.events):
+        for (k1, n1), (k2, n2), (k3, n3) in zip(t1.events, t2.events, t3.events, strict=True):
             slope = n2 - n1
             base = n1 - slope * b1
             if k1 != k2 or k1 != k3 or (n1 > 0) != (n2 > 0) or n3 != base + slope * b3:

@@ -84,7 +84,7 @@ class StorageRecorder(TorchDispatchMode):
         self._next_id += 1
         self._live[key] = (sid, nbytes)
         self.trace.events.append((sid, nbytes))
-        self._refs[sid] = weakref.ref(storage, lambda _r, key=key, sid=sid, n=nbytes: self._on_free(key, sid, n))
+        self._refs[sid] = weakref.ref(storage, lambda _r: self._on_free(key, sid, nbytes))
         return True
 
     def _on_free(self, key: int, sid: int, nbytes: int) -> None:

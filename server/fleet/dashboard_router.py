@@ -57,13 +57,13 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
     row_of = np.full(max((g.gpu_id for g in gpus), default=0) + 1, -1)
     row_of[[g.gpu_id for g in gpus]] = np.arange(len(gpus))
     util = np.full((len(gpus), len(hours)), np.nan)
-    for r, c in zip(hour_rows, col):
+    for r, c in zip(hour_rows, col, strict=True):
         if r.gpu_ids:
             util[row_of[np.array(r.gpu_ids)], c] = np.array(r.util_pct, dtype=np.float64)
     by_source_j = {k: _nullable(v) for k, v in by_source.items()}
     return json_response({
         "window_s": parse_window(window), "generated_at": now, "hours": hours.tolist(),
-        "gpus": [{"node": g.node, "index": g.index, "uuid": g.uuid} for g in gpus],
+        "gpus": [{"node": g.node, "index": g.gpu_index, "uuid": g.uuid} for g in gpus],
         "gpu_util_mean_pct": _nullable(util), "truncated": truncated,
         "energy_j": _nullable(np.where(energy_gpus > 0, energy, np.nan)), "energy_gpus": energy_gpus.tolist(),
         "energy_by_source_j": {k: by_source_j[k] for k in ENERGY_SOURCES if k in by_source_j},
@@ -77,7 +77,7 @@ def fleet_timeline(_: OperatorAuth, session: SessionDep,
 
 class _GpuRow(NamedTuple):
     node: str
-    index: int
+    gpu_index: int  # not `index`: that is tuple.index
     uuid: str
     gpu_id: int
 
@@ -124,8 +124,9 @@ def _timeline_rows(session: Session, since: datetime, max_gpus: int) -> tuple[li
     rows = session.execute(union_all(gpu_rows, hour_rows)).all()
     gpus = sorted((r for r in rows if r.kind == "gpu"), key=lambda r: r.rank)
     hours = [r for r in rows if r.kind == "hour"]
-    return ([_GpuRow(node=r.name, index=r.index, uuid=r.uuid, gpu_id=r.id) for r in gpus],
-            [_HourRow(*r[6:], source=r.name) for r in hours])
+    return ([_GpuRow(node=r.name, gpu_index=r._mapping["index"], uuid=r.uuid, gpu_id=r.id) for r in gpus],
+            [_HourRow(hour=r[6], energy_j=r[7], n_energy=r[8], gpu_ids=r[9], util_pct=r[10], source=r.name)
+             for r in hours])
 
 
 def _chosen_gpus(session: Session, since: datetime, max_gpus: int) -> list[_GpuRow]:
@@ -134,7 +135,7 @@ def _chosen_gpus(session: Session, since: datetime, max_gpus: int) -> list[_GpuR
     rows = session.execute(select(Node.name, Gpu.index, Gpu.uuid, Gpu.id).select_from(present)
                            .join(Gpu, Gpu.id == present.c.gpu_id).join(Node, Node.id == Gpu.node_id)
                            .order_by(*order).limit(max_gpus + 1)).all()
-    return [_GpuRow(node=r[0], index=r[1], uuid=r[2], gpu_id=r[3]) for r in rows]
+    return [_GpuRow(node=r[0], gpu_index=r[1], uuid=r[2], gpu_id=r[3]) for r in rows]
 
 
 def _timeline_rows_embedded(session: Session, since: datetime,
@@ -169,7 +170,7 @@ def _nullable(values: np.ndarray) -> list[Any]:
 
 def _hour_source(values: list[float | None], names: list[str]) -> str | None:
     """The one source of an hour's energy, "mixed" when several contributed, None when the hour has none."""
-    present = {n for n, v in zip(names, values) if v is not None}
+    present = {n for n, v in zip(names, values, strict=True) if v is not None}
     if not present:
         return None
     return present.pop() if len(present) == 1 else "mixed"

@@ -21,7 +21,8 @@ DCGM_GAUGES = (
     ("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", 1.0, "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", 1.0, "Memory clock frequency (in MHz)."),
     ("DCGM_FI_DEV_XID_ERRORS", "xid_last", 1.0, "Value of the last XID error encountered."),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_counter_j", 1000.0, "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_counter_j", 1000.0,
+     "Total energy consumption since boot (in mJ)."),
 )
 STALE_AFTER_S = 300.0
 
@@ -45,7 +46,7 @@ def fleet_gauges_text(factory: sessionmaker[Session]) -> str:
     lines = ["# HELP fleetprof_rollup_backlog_hours GPU-range hours waiting to be rolled up again (samples that "
              "arrived after the rollup sweep had passed their hour)", "# TYPE fleetprof_rollup_backlog_hours gauge",
              f"fleetprof_rollup_backlog_hours {backlog}"]
-    for i, (name, col, scale, help_text) in enumerate(DCGM_GAUGES):
+    for i, (name, _col, scale, help_text) in enumerate(DCGM_GAUGES):
         lines.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge")
         for node, index, uuid, model, *values in rows:
             value = values[i]

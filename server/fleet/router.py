@@ -34,7 +34,8 @@ def fleet_summary(_: OperatorAuth, session: SessionDep,
     return fleet_service.summary(session, window_s=parse_window(window), now=time.time())
 
 
-@router.get("/rollups", summary="Hourly GPU-hours, busy time, utilization, energy and peak memory per GPU, node or team")
+@router.get("/rollups",
+            summary="Hourly GPU-hours, busy time, utilization, energy and peak memory per GPU, node or team")
 def fleet_rollups(_: OperatorAuth, session: SessionDep,
                   by: Literal["gpu", "node", "team"] = Query("gpu", description="one row per hour and this key"),
                   window: str = Query("24h", description="hours starting in the last 30m, 24h, 7d..."),

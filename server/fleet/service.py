@@ -22,13 +22,25 @@ import orjson
 from sqlalchemy import Float, Numeric, Text, and_, case, cast, delete, func, or_, select, text, true
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import Label
 
 from server.analysis import characterize as characterize_mod
 from server.analysis.energy import IDLE_UTIL_PCT
-from server.analysis.fleet import (ENERGY_SOURCE, ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup,
-                                   attribution_weights, group_figures, gpus_now, job_figures,
-                                   job_fleet_row, reduce_hours, sample_terms, summary_from_totals)
-from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel
+from server.analysis.fleet import (
+    ENERGY_SOURCE,
+    ENERGY_SOURCES,
+    ROLLUP_FIELDS,
+    attributed_rollup,
+    attribution_weights,
+    gpus_now,
+    group_figures,
+    job_figures,
+    job_fleet_row,
+    reduce_hours,
+    sample_terms,
+    summary_from_totals,
+)
+from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel, rowcount
 from server.ingest.bulk import insert_ignore
 from server.jobs.report_service import link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
@@ -142,9 +154,9 @@ def backlog_spans(session: Session, *, now: float, raw_retention_days: int) -> l
     not rolled up again, which would replace their rollups by a part of them: their backlog rows are dropped."""
     oldest = (day_of(now) - raw_retention_days + 1) * DAY_S
     stale = session.execute(delete(RollupBacklog).where(RollupBacklog.hour < from_epoch(oldest)))
-    if stale.rowcount:
+    if rowcount(stale):
         log.warning("rollup backlog: %d GPU-range hours older than the raw retention were not rolled up again",
-                    stale.rowcount)
+                    rowcount(stale))
     spans: list[tuple[int, float, float]] = []
     for k, hour in session.execute(select(RollupBacklog.range_k, epoch_column(session, RollupBacklog.hour))
                                    .order_by(RollupBacklog.range_k, RollupBacklog.hour)):
@@ -205,7 +217,7 @@ def _gpus_now(session: Session, now: float) -> dict[str, int]:
             select(GpuSample.gpu_util_pct)
             .join(latest_ts, and_(GpuSample.gpu_id == latest_ts.c.gpu_id, GpuSample.ts == latest_ts.c.ts))
             .join(Gpu, Gpu.id == GpuSample.gpu_id).where(in_window)).all()
-        return gpus_now(dict(enumerate(utils)))
+        return gpus_now({str(i): u for i, u in enumerate(utils)})  # keys only tell the GPUs apart
     # One primary-key probe per GPU (its newest sample, LIMIT 1) in the partitions the constant bounds leave, counted
     # in SQL by gpus_now's rule: 10,000 GPUs ~37 ms (~70 ms shipping the 10,000 rows; ~80 ms more when the empty
     # days ahead were probed too), where grouping read every sample of the window (3 M rows at 1 Hz).
@@ -251,6 +263,7 @@ def rollup_rows(session: Session, *, by: str, window_s: float, now: float, limit
         func.sum(case((util_known, t.c.covered_s))).label("util_covered_s"),
         *(func.sum(case((source == name, t.c.covered_s))).label(f"src_{name}") for name in ENERGY_SOURCES),
     ]
+    keys: list[Label[Any]]
     if by == "gpu":
         keys = [Node.name.label("node"), Gpu.uuid.label("gpu_uuid"), Gpu.index.label("gpu_index")]
     elif by == "node":
@@ -321,7 +334,7 @@ def job_rows(session: Session, since: datetime, *, limit: int | None = None) -> 
     if limit is not None:
         query = query.order_by(Job.id.desc()).limit(limit)
     parsed = [(pk, orjson.loads(row) if row is not None else None) for pk, row in session.execute(query).all()]
-    out: dict[int, dict[str, Any]] = {pk: r for pk, r in parsed if r is not None and FLEET_ROW_KEYS <= r.keys()}
+    out: dict[int, dict[str, Any]] = {pk: r for pk, r in parsed if r is not None and r.keys() >= FLEET_ROW_KEYS}
     out.update(_rows_from_documents(session, [pk for pk, _ in parsed if pk not in out]))
     return [out[pk] for pk, _ in parsed if pk in out]
 
@@ -375,7 +388,8 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
     row = session.execute(select(func.sum(GpuHourly.covered_s), func.sum(GpuHourly.busy_s),
                                  func.sum(GpuHourly.util_busy_s), func.sum(GpuHourly.energy_j)).where(hours)).one()
     totals = {"gpus": int(gpus_read.result() or 0), "covered_s": float(row[0] or 0.0),
-              **{k: None if v is None else float(v) for k, v in zip(("busy_s", "util_busy_s", "energy_j"), row[1:])}}
+              **{k: None if v is None else float(v)
+                 for k, v in zip(("busy_s", "util_busy_s", "energy_j"), row[1:], strict=True)}}
     out = summary_from_totals(totals, window_s=window_s, gpus_now=now_read.result(),
                               jobs=jobs_read.result())
     out["window_s"] = window_s

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import cast
 
 import orjson
 import psycopg2.errors
@@ -20,7 +21,7 @@ from sqlalchemy import Table, insert
 from sqlalchemy.dialects import postgresql as _pg_dialect
 from sqlalchemy.orm import Session
 
-from server.db import is_postgres
+from server.db import is_postgres, raw_connection, rowcount
 from server.ingest import pgcopy
 from server.models.base import from_epoch
 from server.storage.partitions import PARTITIONED_TABLES, PARTITIONS, day_of
@@ -28,7 +29,7 @@ from server.storage.partitions import PARTITIONED_TABLES, PARTITIONS, day_of
 _PG = _pg_dialect.dialect()
 
 
-def _pg_array_type(column, name: str, time_columns: frozenset[str]) -> str:  # type: ignore[no-untyped-def]
+def _pg_array_type(column, name: str, time_columns: frozenset[str]) -> str:
     if name in time_columns:
         return "float8[]"
     return column.type.compile(dialect=_PG).split("(")[0].lower() + "[]"
@@ -42,11 +43,11 @@ def _array_literal(col: Sequence[object]) -> str:
     return "{" + text[1:-1] + "}"
 
 
-def _pg_type(column, name: str, time_columns: frozenset[str]) -> str:  # type: ignore[no-untyped-def]
+def _pg_type(column, name: str, time_columns: frozenset[str]) -> str:
     return "timestamptz" if name in time_columns else column.type.compile(dialect=_PG).split("(")[0].lower()
 
 
-def _copy_or_insert(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],  # type: ignore[no-untyped-def]
+def _copy_or_insert(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],
                     time_columns: frozenset[str]) -> int:
     """Binary COPY when every column is fixed-size (samples), else a plain INSERT ... SELECT FROM unnest."""
     try:
@@ -57,7 +58,7 @@ def _copy_or_insert(cur, table: Table, names: Sequence[str], columns: Sequence[S
     return cur.rowcount
 
 
-def _insert_select(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],  # type: ignore[no-untyped-def]
+def _insert_select(cur, table: Table, names: Sequence[str], columns: Sequence[Sequence[object]],
                    time_columns: frozenset[str], *, on_conflict_do_nothing: bool) -> int:
     # Each column travels as one typed array literal ('{1.5,null,2}': orjson writes the list, in C) and
     # Postgres zips them with unnest: one set-based statement, no per-value formatting in Python.
@@ -66,7 +67,7 @@ def _insert_select(cur, table: Table, names: Sequence[str], columns: Sequence[Se
                        for i, name in enumerate(names))
     refs = [f"c{i}" for i in range(len(names))]
     select_list = ", ".join(f"to_timestamp({ref})" if name in time_columns else ref
-                            for name, ref in zip(names, refs))
+                            for name, ref in zip(names, refs, strict=True))
     sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {select_list} "
            f"FROM unnest({arrays}) AS r({', '.join(refs)})")
     cur.execute(sql + (" ON CONFLICT DO NOTHING" if on_conflict_do_nothing else ""), params)
@@ -86,8 +87,7 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
         if table.name in PARTITIONED_TABLES:
             days = {day_of(t) for t in columns[list(names).index("ts")]}  # type: ignore[arg-type]
             PARTITIONS.ensure(session, days, tables=(table.name,))
-        dbapi_conn = session.connection().connection.dbapi_connection
-        with dbapi_conn.cursor() as cur:
+        with raw_connection(session).cursor() as cur:
             # The fast path writes without any conflict check (binary COPY, else a plain INSERT): rows already
             # stored are rare (an agent that lost its sequence state; resent batches are caught by their batch
             # key before this). When it meets one, it is undone to the savepoint and the group is redone
@@ -103,11 +103,12 @@ def insert_ignore(session: Session, table: Table, names: Sequence[str], columns:
     rows = []
     converted = [
         # from_epoch: rounded as Postgres rounds, and as every other timestamp (job windows) is converted
-        [from_epoch(v) for v in col] if name in time_columns
+        [from_epoch(cast("float | None", v)) for v in col] if name in time_columns  # epoch seconds or null
         else col
-        for name, col in zip(names, columns)
+        for name, col in zip(names, columns, strict=True)
     ]
-    for values in zip(*converted):
-        rows.append(dict(zip(names, values)))
+    for values in zip(*converted, strict=True):
+        rows.append(dict(zip(names, values, strict=True)))
     result = session.execute(insert(table).prefix_with("OR IGNORE"), rows)
-    return result.rowcount if result.rowcount is not None and result.rowcount >= 0 else n
+    inserted = rowcount(result)
+    return inserted if inserted is not None and inserted >= 0 else n

@@ -43,7 +43,7 @@ def _column(values: Sequence[object], pg_type: str) -> tuple[np.ndarray, np.ndar
     else:
         mask = None
     try:
-        arr = np.asarray(values, dtype=convert)
+        arr: np.ndarray = np.asarray(values, dtype=convert)
     except (OverflowError, TypeError, ValueError) as exc:
         raise NotEncodable(f"{pg_type} column: {exc}") from None
     if pg_type == "timestamptz":
@@ -64,7 +64,8 @@ def encode(pg_types: Sequence[str], columns: Sequence[Sequence[object]]) -> byte
         if t not in FIXED_TYPES:
             raise NotEncodable(f"type {t!r} is not a fixed-size type this encoder writes")
     n = len(columns[0]) if columns else 0
-    arrays, masks = zip(*(_column(col, t) for col, t in zip(columns, pg_types))) if n else ((), ())
+    arrays, masks = (zip(*(_column(col, t) for col, t in zip(columns, pg_types, strict=True)), strict=True)
+                     if n else ((), ()))
     pattern = np.zeros(n, dtype=np.int64)
     for bit, mask in enumerate(masks):
         if mask is not None:

@@ -12,8 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from agent.protocol import PROTOCOL_VERSION, EventBatch, IngestAck, SampleBatch
-from server.db import session_scope
 from server.auth.service import Principal
+from server.db import session_scope
 from server.deps import AgentAuth, DispatcherDep, EventWriterAuth, SettingsDep
 from server.errors import InvalidInput, Overloaded
 from server.ingest import service
@@ -42,7 +42,7 @@ class InflightLimiter:
         self._sem.release()
 
 
-def _validate(model, payload):  # type: ignore[no-untyped-def]
+def _validate(model, payload):
     if isinstance(payload, dict):
         version = payload.get("protocol_version")
         if version != PROTOCOL_VERSION:
@@ -92,7 +92,7 @@ async def handle_samples(request: Request, principal: Principal) -> IngestAck:
         try:
             # shield: a timeout (or a client that hangs up) must not cancel the writer's future.
             result = await asyncio.wait_for(asyncio.shield(future), timeout=settings.ingest_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             # Not acknowledged: the agent resends, and a late commit makes that resend a duplicate.
             INGEST_REJECTED.labels(reason="timeout").inc()
             raise Overloaded(f"the database did not commit within {settings.ingest_timeout_s:g} s; retry",

@@ -10,24 +10,42 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from agent.protocol import (
-    SAMPLE_FIELDS, EventBatch, JobEndEvent, JobStartEvent, LayerEvent, OomEvent, SampleBatch, StepEvent,
+    SAMPLE_FIELDS,
+    EventBatch,
+    JobEndEvent,
+    JobStartEvent,
+    LayerEvent,
+    OomEvent,
+    SampleBatch,
+    StepEvent,
 )
 from server.auth.service import Principal, require_node
-from server.db import dialect_insert, is_postgres
+from server.db import dialect_insert, is_postgres, raw_connection, rowcount
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
 from server.ingest.bulk import insert_ignore
 from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
 from server.jobs import unseen
-from server.models import (TERMINAL_STATES, Gpu, GpuSample, IngestBatch, JobEvent, JobGpu, JobStep, LayerStat, Node,
-                           ProcessSample)
+from server.models import (
+    TERMINAL_STATES,
+    Gpu,
+    GpuSample,
+    IngestBatch,
+    JobEvent,
+    JobGpu,
+    JobStep,
+    LayerStat,
+    Node,
+    ProcessSample,
+)
 from server.models.base import from_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -47,7 +65,7 @@ def _claim_batch(session: Session, *, kind: str, source_id: str, seq: int, rows:
     ins = dialect_insert(session)
     stmt = ins(IngestBatch).values(kind=kind, source_id=source_id, seq=seq, rows=rows, received_at=utcnow())
     result = session.execute(stmt.on_conflict_do_nothing())
-    return result.rowcount == 1
+    return rowcount(result) == 1
 
 
 def check_timestamps(ts: list[float], *, now: float, max_future_skew_s: float, what: str) -> None:
@@ -94,7 +112,7 @@ def prepare_samples(session: Session | None, batch: SampleBatch, *, principal: P
                                f"in `gpus`")
     healthy: dict[str, bool] = {}
     if cols.healthy is not None:
-        for uuid, ok in zip(cols.gpu_uuid, cols.healthy):
+        for uuid, ok in zip(cols.gpu_uuid, cols.healthy, strict=True):
             healthy[uuid] = ok  # the last value in the batch wins
     try:
         gpu_ids = sync_node(session, cache, node=batch.node, agent_id=batch.agent_id, source=batch.source,
@@ -114,7 +132,7 @@ def _claim_batches(session: Session, keys: list[tuple[str, int, int]]) -> set[tu
     now = utcnow()
     if is_postgres(session):
         # One statement over arrays: SQLAlchemy's multi-VALUES insert cost ~10 ms to compile per group.
-        cur = session.connection().connection.dbapi_connection.cursor()
+        cur = raw_connection(session).cursor()
         try:
             cur.execute(
                 "INSERT INTO ingest_batches (kind, source_id, seq, rows, received_at) "
@@ -125,9 +143,9 @@ def _claim_batches(session: Session, keys: list[tuple[str, int, int]]) -> set[tu
         finally:
             cur.close()
     table = IngestBatch.__table__
-    stmt = sqlite_insert(table).values([dict(kind="samples", source_id=src, seq=seq, rows=n, received_at=now)
-                                        for src, seq, n in keys])
-    stmt = stmt.on_conflict_do_nothing().returning(table.c.source_id, table.c.seq)
+    values = sqlite_insert(table).values([dict(kind="samples", source_id=src, seq=seq, rows=n, received_at=now)
+                                          for src, seq, n in keys])
+    stmt = values.on_conflict_do_nothing().returning(table.c.source_id, table.c.seq)
     return {(src, seq) for src, seq in session.execute(stmt)}
 
 
@@ -155,7 +173,8 @@ def write_samples(session: Session, items: list[PreparedSamples]) -> list[Ingest
     if taken:
         keep = [i for i, col in enumerate(columns) if i < 2 or any(v is not None for v in col)]
         stored = insert_ignore(session, GpuSample.__table__, [names[i] for i in keep], [columns[i] for i in keep])
-        note_late_samples(session, columns[0], columns[1], now=time.time())
+        # the first two columns are gpu_id and ts (SAMPLE_COLUMNS)
+        note_late_samples(session, cast("list[int]", columns[0]), cast("list[float]", columns[1]), now=time.time())
         sent = sum(r.accepted for r in results)
         if stored != sent:
             # Samples already stored under another batch key (an agent that lost its sequence state):
@@ -177,7 +196,7 @@ def _ingest_processes(session: Session, batch: SampleBatch, gpu_ids: dict[str, i
                   [gpu_col, p.ts, p.pid, p.used_memory_bytes, p.job_id, attribution])
     # Attribution over time: extend each (job, GPU) interval to cover what this batch saw.
     seen: dict[tuple[str, int], tuple[float, float]] = {}
-    for job_id, gpu_id, ts in zip(p.job_id, gpu_col, p.ts):
+    for job_id, gpu_id, ts in zip(p.job_id, gpu_col, p.ts, strict=True):
         if job_id is None:
             continue
         lo, hi = seen.get((job_id, gpu_id), (ts, ts))

@@ -47,7 +47,7 @@ class SampleWriter:
         for t in self._threads:
             t.join(timeout=30)
 
-    def _drain(self, first: tuple[PreparedSamples, Future[IngestResult]]) -> tuple[list, bool]:  # type: ignore[type-arg]
+    def _drain(self, first: tuple[PreparedSamples, Future[IngestResult]]) -> tuple[list, bool]:
         group = [first]
         rows = len(first[0].batch.samples)
         while rows < self._max_rows:
@@ -76,7 +76,7 @@ class SampleWriter:
             for one in group:
                 self._write([one], retry=False)
             return
-        for (_, future), result in zip(group, results):
+        for (_, future), result in zip(group, results, strict=True):
             future.set_result(result)
 
     def _run(self) -> None:

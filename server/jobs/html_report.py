@@ -85,7 +85,7 @@ def render_report_html(report: dict[str, Any], series: dict[str, list[Any]]) -> 
                                 ("power_w", "Power (NVML)", "W"), ("gpu_util_pct", "GPU utilization", "%")):
         if series.get(metric):
             parts.append(to_html(_figure(title, unit, series[metric]), full_html=False,
-                                 include_plotlyjs=True if first else False))
+                                 include_plotlyjs=first))
             first = False
     return (f"<!doctype html><html><head><meta charset=utf-8><title>fleetprof report "
             f"{html.escape(str(report.get('job_id')))}</title><style>{_STYLE}</style></head><body>"

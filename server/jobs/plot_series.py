@@ -139,7 +139,7 @@ def steps_from_buckets(per_rank: dict[int, Buckets], factor: int) -> dict[str, A
         ts, values = merged_points(b, factor)
         out["rank"] += [rank] * ts.size
         out["ts"] += ts.tolist()
-        for name, v in zip(STEP_COLUMNS, values):
+        for name, v in zip(STEP_COLUMNS, values, strict=True):
             out[name] += _json_numbers(v, integral=name in _INTEGRAL_STEP_COLUMNS)
     counts = [int(b.count.sum()) for b in per_rank.values()]
     return {"rows": {"count": len(out["ts"]), **out}, "raw_count": sum(counts), "max_per_rank": max(counts, default=0)}

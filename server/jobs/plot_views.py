@@ -20,10 +20,18 @@ from sqlalchemy.orm import Session
 
 from server.analysis.buckets import Buckets, bucket_factors, fine_width_us
 from server.db import dialect_insert, read_in_parallel
-from server.jobs.plot_series import (STEP_COLUMNS, Series, gpu_buckets, series_from_buckets, step_buckets,
-                                     step_memory_source, steps_from_buckets, wall_histogram)
-from server.models import Gpu, Job, JobStep, PlotView
+from server.jobs.plot_series import (
+    STEP_COLUMNS,
+    Series,
+    gpu_buckets,
+    series_from_buckets,
+    step_buckets,
+    step_memory_source,
+    steps_from_buckets,
+    wall_histogram,
+)
 from server.lru import LruCache
+from server.models import Gpu, Job, JobStep, PlotView
 from server.models.base import to_epoch
 
 # The job page's series; other metrics are read from the samples.
@@ -115,7 +123,7 @@ def _put(arrays: dict[str, np.ndarray], key: str, buckets: dict[str, Buckets]) -
         k = f"{key}.{name}"
         arrays[f"{k}.index"], arrays[f"{k}.first"], arrays[f"{k}.last"], arrays[f"{k}.n"] = (
             b.index, b.first_s, b.last_s, b.count)
-        for i, (lo, hi) in enumerate(zip(b.low, b.high)):
+        for i, (lo, hi) in enumerate(zip(b.low, b.high, strict=True)):
             arrays[f"{k}.lo{i}"], arrays[f"{k}.hi{i}"] = lo, hi
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -21,15 +21,27 @@ from sqlalchemy.orm import Session, sessionmaker
 from agent.protocol import SAMPLE_FIELDS
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet import job_fleet_row
+from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
+from server.analysis.jobdata import LayerStat as LayerRow
 from server.analysis.trace_sections import merge_trace_sections
-from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, LayerStat as LayerRow, ProcessPeak, StepSeries
 from server.config import ServerSettings
 from server.db import dialect_insert, epoch_column, float_rows, read_in_parallel, session_scope
 from server.jobs import plot_views
 from server.jobs.plot_series import step_memory_source
 from server.lru import LruCache
-from server.models import (TERMINAL_STATES, Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, ProcessSample,
-                           Report, Trace)
+from server.models import (
+    TERMINAL_STATES,
+    Gpu,
+    GpuSample,
+    Job,
+    JobEvent,
+    JobGpu,
+    JobStep,
+    LayerStat,
+    ProcessSample,
+    Report,
+    Trace,
+)
 from server.models.base import epoch_us, from_epoch, to_epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -381,4 +393,4 @@ def rightsizing_history(session: Session, job: Job, *, limit: int,
                 found[key] = MappingProxyType(data)
                 cache.put(key, found[key])
     # A report recomputed between the two reads has a new key and sits this answer out.
-    return [(job_id, found[k]) for (job_id, _, _), k in zip(rows, keys) if k in found][::-1]
+    return [(job_id, found[k]) for (job_id, _, _), k in zip(rows, keys, strict=True) if k in found][::-1]

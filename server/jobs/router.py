@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from concurrent.futures import Future
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -24,13 +25,13 @@ from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
 from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
-from server.models import Job, JobStep
+from server.models import Gpu, Job, JobStep
 from server.models.base import from_epoch, to_epoch
 from server.responses import json_response
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
-JOB_NOT_FOUND = {404: {"description": "no such job, or not visible to this token"}}
+JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such job, or not visible to this token"}}
 TIMESERIES_METRICS = tuple(name for name, _ in SAMPLE_FIELDS)
 COMPARE_MIN, COMPARE_MAX = 2, 20
 
@@ -153,26 +154,28 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
             until: float | None) -> dict[str, list[SeriesOut]]:
     """Per metric (-> its points budget), the job's per-GPU series; each GPU's samples are read once for all."""
     out: dict[str, list[SeriesOut]] = {m: [] for m in points}
-    now_dt = datetime.now(timezone.utc)
+    now_dt = datetime.now(UTC)
     # A finished job's whole-range view comes from its stored plot views, exactly as the samples would give it.
     stored = report_service.final_plot_views(session, job) if since is None and until is None else None
-    reads = []
+    reads: list[tuple[Gpu, dict[str, plot_series.Series] | Future[dict[str, plot_series.Series]] | None]] = []
     for gpu, start, end in report_service.job_gpu_windows(session, job, now=now_dt):
         if since is not None:
-            start = max(start, from_epoch(since))  # type: ignore[type-var]
+            start = max(start, from_epoch(since))
         if until is not None:
-            end = min(end, from_epoch(until))  # type: ignore[type-var]
-        series = stored.series(gpu, start, end, points) if stored is not None else None
-        if series is None and end >= start:
+            end = min(end, from_epoch(until))
+        stored_series = stored.series(gpu, start, end, points) if stored is not None else None
+        if stored_series is None and end >= start:
             # The GPUs' scans overlap on connections of their own (8 GPUs x 24 h at 1 Hz: ~1.7 s one after another).
-            series = read_in_parallel(session, plot_series.downsampled_series, gpu, start, end, points)
-        reads.append((gpu, series))
+            reads.append((gpu, read_in_parallel(session, plot_series.downsampled_series, gpu, start, end, points)))
+        else:
+            reads.append((gpu, stored_series))
     for gpu, read in reads:
-        ident = {"gpu_uuid": gpu.uuid, "gpu_index": gpu.index, "memory_total_bytes": gpu.memory_total_bytes}
         series = ({m: ([], [], 0) for m in points} if read is None
                   else read if isinstance(read, dict) else read.result())
         for metric, (ts, vals, raw) in series.items():
-            out[metric].append(SeriesOut(**ident, ts=ts, values=vals, raw_points=raw,
+            out[metric].append(SeriesOut(gpu_uuid=gpu.uuid, gpu_index=gpu.index,
+                                         memory_total_bytes=gpu.memory_total_bytes, ts=ts, values=list(vals),
+                                         raw_points=raw,
                                          min=min(vals) if vals else None, max=max(vals) if vals else None))
     return out
 
@@ -200,16 +203,16 @@ class TimeseriesBatchOut(BaseModel):
             summary="Several downsampled per-GPU series at once: each GPU's samples are read once for all")
 def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: SessionDep,
                          metric: Annotated[list[str], Query(description="repeated: metric=power_w&metric=...")],
-                         points: Annotated[list[int],  # noqa: B006 - FastAPI copies defaults
+                         points: Annotated[list[int],
                                            Query(description="one budget for all, or one per metric: "
-                                                             + POINTS_DOC)] = [1000],
+                                                             + POINTS_DOC)] = [1000],  # noqa: B006 - FastAPI deep-copies defaults
                          since: float | None = None, until: float | None = None) -> TimeseriesBatchOut:
     unknown = [m for m in metric if m not in TIMESERIES_METRICS]
     if unknown or not metric or len(set(metric)) != len(metric) or len(metric) > 8:
         raise InvalidInput(f"metric: up to 8 distinct of {', '.join(TIMESERIES_METRICS)}")
     if len(points) not in (1, len(metric)) or not all(10 <= p <= 20_000 for p in points):
         raise InvalidInput("points: one value, or one per metric, each 10 to 20000")
-    budgets = dict(zip(metric, points * len(metric) if len(points) == 1 else points))
+    budgets = dict(zip(metric, points * len(metric) if len(points) == 1 else points, strict=True))
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     series = _series(session, job, budgets, since, until)
     return TimeseriesBatchOut(job_id=job.job_id, metrics={

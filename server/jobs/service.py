@@ -103,7 +103,7 @@ def get_or_create_observed(session: Session, *, job_id: str, node: str, seen_at:
 def mark_started(job: Job, *, ts: float, host: str | None = None, framework: str | None = None) -> None:
     if job.state == "pending":
         job.state = "running"
-    if job.started_at is None or from_epoch(ts) < job.started_at:  # type: ignore[operator]
+    if job.started_at is None or from_epoch(ts) < job.started_at:
         job.started_at = from_epoch(ts)
     job.host = job.host or host
     job.framework = job.framework or framework

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, ClassVar, overload
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, Table
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
@@ -29,33 +30,35 @@ class UtcDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+    def process_bind_param(self, value: datetime | None, dialect):
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime: fleetprof stores UTC only")
-        value = value.astimezone(timezone.utc)
+        value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
-    def process_result_value(self, value: datetime | None, dialect):  # type: ignore[no-untyped-def]
+    def process_result_value(self, value: datetime | None, dialect):
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    if TYPE_CHECKING:  # every model maps one Table (declarative types __table__ as the wider FromClause)
+        __table__: ClassVar[Table]
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # Postgres' to_timestamp(float8) shifts to its 2000 epoch before scaling to microseconds; Python's own
 # fromtimestamp scales first. The two can round one float to different microseconds, which put a sample stored
 # through SQL 1 us outside a window computed in Python. Every conversion here uses Postgres' rule.
 _PG_EPOCH_S = 946_684_800
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch_us(ts: float) -> int:
@@ -63,9 +66,17 @@ def epoch_us(ts: float) -> int:
     return round((ts - _PG_EPOCH_S) * 1_000_000) + _PG_EPOCH_S * 1_000_000
 
 
+@overload
+def from_epoch(ts: float) -> datetime: ...
+@overload
+def from_epoch(ts: float | None) -> datetime | None: ...
 def from_epoch(ts: float | None) -> datetime | None:
     return None if ts is None else _UNIX_EPOCH + timedelta(microseconds=epoch_us(ts))
 
 
+@overload
+def to_epoch(dt: datetime) -> float: ...
+@overload
+def to_epoch(dt: datetime | None) -> float | None: ...
 def to_epoch(dt: datetime | None) -> float | None:
     return None if dt is None else dt.timestamp()

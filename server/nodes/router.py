@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from fastapi import APIRouter
 from pydantic import BaseModel
 from sqlalchemy import select
-
-from fastapi import APIRouter
 
 from server.deps import OperatorAuth, SessionDep
 from server.models import Gpu, Node

@@ -13,12 +13,13 @@ import logging
 import re
 import threading
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from server.db import rowcount
 from server.models import GpuSample, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,11 @@ def day_of(ts: float) -> int:
 
 
 def partition_name(table: str, day: int) -> str:
-    return f"{table}_p{datetime.fromtimestamp(day * DAY_S, timezone.utc):%Y%m%d}"
+    return f"{table}_p{datetime.fromtimestamp(day * DAY_S, UTC):%Y%m%d}"
 
 
 def _bounds(day: int) -> tuple[str, str]:
-    lo = datetime.fromtimestamp(day * DAY_S, timezone.utc)
+    lo = datetime.fromtimestamp(day * DAY_S, UTC)
     return lo.isoformat(), (lo + timedelta(days=1)).isoformat()
 
 
@@ -111,7 +112,7 @@ def list_partitions(session: Session, table: str) -> list[tuple[str, int]]:
     for name in rows:
         m = _NAME.match(name)
         if m:
-            day = datetime.strptime(m.group("day"), "%Y%m%d").replace(tzinfo=timezone.utc).timestamp() // DAY_S
+            day = datetime.strptime(m.group("day"), "%Y%m%d").replace(tzinfo=UTC).timestamp() // DAY_S
             out.append((name, int(day)))
     return out
 
@@ -120,9 +121,9 @@ def apply_retention(session: Session, *, now: float, raw_retention_days: int) ->
     """Drop raw-sample days wholly older than the retention; returns what was dropped (or deleted)."""
     cutoff_day = day_of(now) - raw_retention_days
     if session.get_bind().dialect.name != "postgresql":
-        cutoff = datetime.fromtimestamp(cutoff_day * DAY_S, timezone.utc)
-        n = session.execute(delete(GpuSample).where(GpuSample.ts < cutoff)).rowcount
-        n += session.execute(delete(ProcessSample).where(ProcessSample.ts < cutoff)).rowcount
+        cutoff = datetime.fromtimestamp(cutoff_day * DAY_S, UTC)
+        n = rowcount(session.execute(delete(GpuSample).where(GpuSample.ts < cutoff)))
+        n += rowcount(session.execute(delete(ProcessSample).where(ProcessSample.ts < cutoff)))
         return [f"{n} rows before {cutoff:%Y-%m-%d}"] if n else []
     dropped = []
     for table in PARTITIONED_TABLES:

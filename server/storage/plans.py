@@ -27,6 +27,8 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
+from server.db import raw_connection
+
 _COPY = re.compile(r"^\s*COPY\s*\((?P<query>.*)\)\s*TO\s+STDOUT\b.*$", re.IGNORECASE | re.DOTALL)
 INDEX_SCANS = frozenset({"Index Scan", "Index Only Scan", "Bitmap Heap Scan"})
 
@@ -60,17 +62,19 @@ def capture_statements(session: Session) -> Iterator[list[Statement]]:
     the session's engine (code under capture may read on sessions of its own, e.g. the fleet summary's parallel
     reads)."""
     import psycopg2.extensions
+    import psycopg2.sql
 
     captured: list[Statement] = []
     conn = session.connection()  # the transaction's connection: the code under capture uses this one
     dbapi = conn.connection.dbapi_connection
 
-    class RecordingCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
-        def copy_expert(self, sql: str, file: Any, size: int = 8192) -> Any:
-            captured.append(Statement(sql=sql, via_copy=True))
+    class RecordingCursor(psycopg2.extensions.cursor):
+        def copy_expert(self, sql: str | bytes | psycopg2.sql.Composable, file: Any, size: int = 8192) -> None:
+            sql_text = sql if isinstance(sql, str) else sql.decode() if isinstance(sql, bytes) else sql.as_string(self)
+            captured.append(Statement(sql=sql_text, via_copy=True))
             return super().copy_expert(sql, file, size)
 
-    def before_cursor_execute(_conn, _cursor, statement, parameters, _context, executemany):  # type: ignore[no-untyped-def]
+    def before_cursor_execute(_conn, _cursor, statement, parameters, _context, executemany):
         if not executemany:
             captured.append(Statement(sql=statement, params=parameters))
 
@@ -203,7 +207,8 @@ def summarize(plan_json: Sequence[Mapping[str, Any]] | Mapping[str, Any], catalo
                                   if "Shared Hit Blocks" in node else None)))
     return PlanSummary(
         scans=tuple(scans), execution_ms=doc.get("Execution Time"), planning_ms=doc.get("Planning Time"),
-        shared_hit_blocks=int(top.get("Shared Hit Blocks", 0)), shared_read_blocks=int(top.get("Shared Read Blocks", 0)),
+        shared_hit_blocks=int(top.get("Shared Hit Blocks", 0)),
+        shared_read_blocks=int(top.get("Shared Read Blocks", 0)),
         temp_blocks=int(top.get("Temp Read Blocks", 0)) + int(top.get("Temp Written Blocks", 0)),
         subplans_removed=removed, raw=dict(doc))
 
@@ -214,7 +219,10 @@ def explain(session: Session, statement: Statement, *, catalog: Catalog, analyze
     if not statement.is_read:
         raise ValueError(f"only reads are explained: {statement.sql[:80]!r}")
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
-    with session.connection().connection.dbapi_connection.cursor() as cur:
+    with raw_connection(session).cursor() as cur:
         cur.execute(f"EXPLAIN ({options}) {statement.query}", statement.params)
-        (doc,) = cur.fetchone()
+        row = cur.fetchone()
+    if row is None:  # EXPLAIN answers one row; a driver that gave none is not one this code knows
+        raise RuntimeError("EXPLAIN returned no row")
+    (doc,) = row
     return summarize(json.loads(doc) if isinstance(doc, str) else doc, catalog)

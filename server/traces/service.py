@@ -115,8 +115,8 @@ def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
         try:
             trace = alloc_trace.from_allocator_events(events)
             if len(trace.size_bytes):
-                summary["optimization"] = optimization_section(trace, observed_reserved_bytes=trace.observed_reserved_bytes,
-                                                               snapshot=summary)
+                summary["optimization"] = optimization_section(
+                    trace, observed_reserved_bytes=trace.observed_reserved_bytes, snapshot=summary)
         except ValueError as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
     return summary

@@ -46,9 +46,8 @@ def test_fifo_ack_and_restart(tmp_path: Path) -> None:
 
 
 def test_one_owner_at_a_time(tmp_path: Path) -> None:
-    with Spool(tmp_path):
-        with pytest.raises(SpoolError, match="in use"):
-            Spool(tmp_path)
+    with Spool(tmp_path), pytest.raises(SpoolError, match="in use"):
+        Spool(tmp_path)
 
 
 def test_torn_last_line_is_discarded(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +51,7 @@ def dmon_rows(path: Path, phase: str) -> list[dict[str, float]]:
 
 
 def _epoch(stamp: str) -> float:
-    return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
 def capture_series(path: Path) -> GpuSeries:

@@ -5,9 +5,20 @@ import pandas as pd
 import pytest
 
 from server.analysis.characterize import characterize
-from server.analysis.fleet import (ENERGY_SOURCES, ROLLUP_FIELDS, attributed_rollup, attribution_weights, fleet_summary,
-                                   group_figures, hourly_rollup, job_fleet_row, reduce_hours, rollup_gpus,
-                                   sample_durations, sample_terms)
+from server.analysis.fleet import (
+    ENERGY_SOURCES,
+    ROLLUP_FIELDS,
+    attributed_rollup,
+    attribution_weights,
+    fleet_summary,
+    group_figures,
+    hourly_rollup,
+    job_fleet_row,
+    reduce_hours,
+    rollup_gpus,
+    sample_durations,
+    sample_terms,
+)
 from server.analysis.jobdata import GpuSeries, JobData
 
 from .realdata import capture_series

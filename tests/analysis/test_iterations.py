@@ -4,9 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.iterations import (
-    cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period,
-)
+from server.analysis.iterations import cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period
 from server.analysis.jobdata import GpuSeries
 
 MINI_BATCH = "cluster/alibaba-gpu-v2020/mini-batch-time/data"

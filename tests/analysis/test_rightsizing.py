@@ -8,8 +8,13 @@ import pytest
 
 from server.analysis.gpu_catalog import load_catalog
 from server.analysis.rightsizing import (
-    SAFETY_MARGIN_FRACTION, fit_batch_memory, max_batch_size, power_cap_choice, rightsize,
-    smallest_fitting_gpu, vpa_memory_target,
+    SAFETY_MARGIN_FRACTION,
+    fit_batch_memory,
+    max_batch_size,
+    power_cap_choice,
+    rightsize,
+    smallest_fitting_gpu,
+    vpa_memory_target,
 )
 
 from .realdata import MIB, query_gpu_row, zeus_windows

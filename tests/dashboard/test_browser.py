@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC
 
 import httpx
 import pytest
@@ -322,7 +323,7 @@ def _outputs(driver, name: str) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_zoom_refetches_every_time_plot_for_the_range(chrome, dashboard_url, hooks_job) -> None:  # type: ignore[no-untyped-def]
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     driver = chrome
     probe = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PAGE_PROBE_JS})
@@ -338,7 +339,7 @@ def test_zoom_refetches_every_time_plot_for_the_range(chrome, dashboard_url, hoo
         lo, hi = t0 + 300.0, t0 + 600.0  # a 5-minute window of the 20-minute job
 
         def utc(ts: float) -> str:  # as plotly reports a drag on a date axis
-            return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
         _relayout(driver, "job-memory", {"xaxis.range[0]": utc(lo), "xaxis.range[1]": utc(hi)})
 

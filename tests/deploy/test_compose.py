@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from tests.deploy.common import (
-    COMPOSE_FILE, REPO_ROOT, argv_of, dockerfile_stages, fleetprof_invocations, interpolate, parse_fleetprof,
+    COMPOSE_FILE,
+    REPO_ROOT,
+    argv_of,
+    dockerfile_stages,
+    fleetprof_invocations,
+    interpolate,
+    parse_fleetprof,
 )
 
 CONTROL_PLANE = ("postgres", "redis", "server", "worker", "beat", "dashboard")

@@ -7,7 +7,12 @@ import random
 import pytest
 
 from server.estimate.allocator import (
-    K_LARGE_BUFFER, K_SMALL_BUFFER, CachingAllocatorSim, SimulatedOutOfMemory, allocation_size, round_size,
+    K_LARGE_BUFFER,
+    K_SMALL_BUFFER,
+    CachingAllocatorSim,
+    SimulatedOutOfMemory,
+    allocation_size,
+    round_size,
 )
 
 MiB = 1 << 20

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from server.estimate.errors import (
-    AbsurdRequestError, InputMismatchError, ModelBuildError, UnknownGpuError, UnknownModelError,
+    AbsurdRequestError,
+    InputMismatchError,
+    ModelBuildError,
+    UnknownGpuError,
+    UnknownModelError,
 )
 from server.estimate.schemas import EstimateRequest
 from server.estimate.service import estimate

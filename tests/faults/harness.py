@@ -9,12 +9,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import threading
 
 import httpx
 

@@ -17,8 +17,15 @@ import time
 import pytest
 
 from tests.faults.harness import (
-    JournalView, Sender, assert_exactly_once, base_env, create_token, start_agent, start_collector,
-    stop_agent_and_drain, wait_until,
+    JournalView,
+    Sender,
+    assert_exactly_once,
+    base_env,
+    create_token,
+    start_agent,
+    start_collector,
+    stop_agent_and_drain,
+    wait_until,
 )
 
 

@@ -23,8 +23,15 @@ import time
 import pytest
 
 from tests.faults.harness import (
-    JournalView, assert_exactly_once, base_env, create_token, http_status, start_agent, start_collector,
-    stop_agent_and_drain, wait_until,
+    JournalView,
+    assert_exactly_once,
+    base_env,
+    create_token,
+    http_status,
+    start_agent,
+    start_collector,
+    stop_agent_and_drain,
+    wait_until,
 )
 
 FREEZE_S = 8.0

@@ -18,8 +18,16 @@ from collections import Counter
 import pytest
 
 from tests.faults.harness import (
-    JournalView, Sender, assert_exactly_once, base_env, create_token, http_status, start_agent, start_collector,
-    stop_agent_and_drain, wait_until,
+    JournalView,
+    Sender,
+    assert_exactly_once,
+    base_env,
+    create_token,
+    http_status,
+    start_agent,
+    start_collector,
+    stop_agent_and_drain,
+    wait_until,
 )
 
 

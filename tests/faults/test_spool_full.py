@@ -22,8 +22,15 @@ import pytest
 
 from tests.conftest import free_port
 from tests.faults.harness import (
-    JournalView, assert_exactly_once, base_env, create_token, start_agent, start_collector,
-    stop_agent_and_drain, stored_samples, wait_until,
+    JournalView,
+    assert_exactly_once,
+    base_env,
+    create_token,
+    start_agent,
+    start_collector,
+    stop_agent_and_drain,
+    stored_samples,
+    wait_until,
 )
 
 SPOOL_MAX_BYTES = 70_000

@@ -129,7 +129,10 @@ def test_rollups_per_node_and_team_match_an_independent_computation(api, make_to
     t0 = now - now % 3600 - 4 * 3600
     df = _helios_fleet(real_data, t0)
     _post_fleet(api, make_token, df)
-    node_gpus = lambda n, idx: [f"GPU-node-{n}-{i}" for i in idx]
+
+    def node_gpus(n: int, idx: range) -> list[str]:
+        return [f"GPU-node-{n}-{i}" for i in idx]
+
     jobs = [  # windows on exact sample instants (both ends count) and between them; two teams share GPUs 2-3
         {"job_id": "v-train", "team": "vision", "node": "node-0", "gpus": node_gpus(0, range(8)),
          "start": t0 + 600, "end": t0 + 6000},
@@ -220,7 +223,7 @@ def test_summary_job_figures_come_from_the_reports_small_fleet_rows(api, make_to
     now = time.time()
     t0 = now - 1800
     peaks = {}
-    for i, (node, util) in enumerate((("node-j", 90.0), ("node-k", 10.0))):
+    for node, util in (("node-j", 90.0), ("node-k", 10.0)):
         batch = sample_batch(node=node, agent_id=f"a-{node}", n=600, gpus=2, t0=t0)
         batch["samples"]["gpu_util_pct"] = [util] * len(batch["samples"]["ts"])
         assert api.post("/api/v1/ingest/samples", json=batch,

@@ -9,7 +9,7 @@ import csv
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,7 @@ def _num(cell: str) -> float | None:
 
 def _expected(path: Path) -> dict[str, float | None]:
     rows = _query_gpu_rows(path)
-    ts = [datetime.strptime(r["timestamp"], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+    ts = [datetime.strptime(r["timestamp"], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
           for r in rows]
     power = [_num(r["power.draw [W]"]) for r in rows]
     util = [u for u in (_num(r["utilization.gpu [%]"]) for r in rows) if u is not None]

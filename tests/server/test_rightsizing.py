@@ -69,8 +69,8 @@ def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, 
     from sqlalchemy import event
 
     from server.jobs.report_service import rightsizing_history
-    from server.lru import LruCache
     from server.jobs.service import find_job
+    from server.lru import LruCache
 
     op, agent = make_token("operator"), make_token("agent", node="node-a")
     t0 = time.time() - 86400

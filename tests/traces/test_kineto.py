@@ -12,13 +12,7 @@ from typing import Any
 import pytest
 
 from server.analysis import trace_io
-from server.analysis.kineto import (
-    TraceFormatError,
-    TraceTooLargeError,
-    combine_ranks,
-    kernel_category,
-    summarize_trace,
-)
+from server.analysis.kineto import TraceFormatError, TraceTooLargeError, combine_ranks, kernel_category, summarize_trace
 
 V100 = "hta/df_index_resolver/df_index_resolver.json.gz"  # rank 1 of 2, 28k [memory] events
 TB_2021 = "kineto-tb/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"  # Bytes only

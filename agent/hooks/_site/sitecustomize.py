@@ -9,6 +9,7 @@ place of any other `sitecustomize`. It then:
 Nothing here may break the user's program: every failure is logged once and the program carries on.
 """
 
+import contextlib
 import sys
 
 
@@ -81,17 +82,15 @@ class _TorchWatcher:
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch":
             return None
-        try:
+        with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
-        except ValueError:
-            pass
         try:
             import importlib.util
 
             spec = importlib.util.find_spec("torch")
             loader = getattr(spec, "loader", None)
             original = getattr(loader, "exec_module", None)
-            if original is None:
+            if loader is None or original is None:
                 return spec
             root = self.root
 
@@ -99,10 +98,8 @@ class _TorchWatcher:
                 try:
                     original(module)
                 finally:
-                    try:
+                    with contextlib.suppress(AttributeError):
                         del loader.exec_module
-                    except AttributeError:
-                        pass
                 _on_torch_imported(root)
 
             loader.exec_module = exec_module
