@@ -123,7 +123,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(r)
 
     from server.ingest.fastpath import SampleIngestFastPath
+    from server.job_paths import EncodedSlashMiddleware
     from server.ratelimit import RequestGuardMiddleware  # inside ObserveMiddleware: 429/413 get its headers
+    app.add_middleware(EncodedSlashMiddleware)  # innermost: the router sees a job id's %2F as part of it
     app.add_middleware(SampleIngestFastPath)  # inside the guards: rate and size limits apply to it as to all
     app.add_middleware(RequestGuardMiddleware, settings=settings)
     app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)
