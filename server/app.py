@@ -60,7 +60,9 @@ class ObserveMiddleware:
             await self.app(scope, receive, send_with_headers)
         finally:
             route = scope.get("route")
-            self.latency.labels(route=getattr(route, "path", "unmatched")).observe(time.perf_counter() - start)
+            # path_format: the template without convertors (/api/v1/jobs/{job_id}, not {job_id:job_id})
+            label = getattr(route, "path_format", None) or getattr(route, "path", "unmatched")
+            self.latency.labels(route=label).observe(time.perf_counter() - start)
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:

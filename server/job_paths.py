@@ -54,7 +54,8 @@ class EncodedSlashMiddleware:
         raw = scope.get("raw_path") if scope["type"] == "http" else None
         if raw and b"%2" in raw and JOBS_PREFIX in scope["path"]:
             text = raw.decode("ascii", errors="replace")
-            # Only where the raw path is what the server decoded (no proxy rewrote one and not the other).
+            # Only where the raw path is what the server decoded (no proxy rewrote one and not the other). In place,
+            # not a copy: the outer middlewares read what routing adds to this scope (the route, for its metrics).
             if unquote(text) == scope["path"]:
-                scope = {**scope, "path": routing_path(text)}
+                scope["path"] = routing_path(text)
         await self.app(scope, receive, send)

@@ -13,12 +13,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELDS
+from fleetprof.jobid import job_path
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
-from server.errors import Forbidden, InvalidInput
+from server.errors import Forbidden, InvalidInput, NotFound
 from server.job_paths import JOB
 from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
@@ -273,6 +274,13 @@ def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, 
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return _rightsizing(session, job, settings, history)
+
+
+# Last of the job routes: a GET that none of them took. Most often an id whose '/' was sent bare; say how to write it.
+@router.get(JOB + "/{rest:path}", include_in_schema=False)
+def unknown_job_route(job_id: str, rest: str) -> None:
+    raise NotFound(f"no such route under job {job_id!r}; a job id with '/' is written %2F in a path "
+                   f"({job_path(f'{job_id}/{rest}')})")
 
 
 def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: int) -> dict[str, Any]:
