@@ -28,7 +28,6 @@ NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, le=MAX_EPOCH_S, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-# The one job-id grammar (fleetprof/jobid.py says what it allows and why).
 # The one job-id grammar (fleetprof/jobid.py says what it allows and why). Checked by its own function, whose
 # message says what is wrong (a failed `pattern` would answer with the whole regex); the schema shows the pattern.
 JobId = Annotated[str, Field(min_length=1, max_length=jobid.MAX_LENGTH, json_schema_extra={"pattern": jobid.PATTERN}),

@@ -5,7 +5,8 @@ A Kubernetes job id holds a `/` (`k8s:ml/trainer-0`, fleetprof/jobid.py). In a p
 before routing, so the router would see three segments. `EncodedSlashMiddleware` routes on the raw path instead,
 with every escape decoded except `%2F` and `%25`, and the `job_id` convertor decodes those within the id's one
 segment. Why not `{job_id:path}`: `/jobs/k8s:ml/report` would then be both job `k8s:ml/report` and the report of
-job `k8s:ml`; with `%2F` each path names exactly one thing. An id sent with a bare `/` finds no route (404).
+job `k8s:ml`; with `%2F` each path names exactly one thing. An id sent with a bare `/` finds no route: a 404 that
+says to write `%2F` (server/jobs/router.py).
 
 Job routes declare their id as `JOB` (`/{job_id:job_id}`); OpenAPI shows it as `{job_id}`, the REST contract's path.
 """
