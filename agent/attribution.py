@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.podresources import PodResources
+from fleetprof.jobid import is_job_id
 
 log = logging.getLogger(__name__)
 
-_JOB_ID_RE = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")  # agent.protocol.JobId
 # kubepods/burstable/pod<uid>/<ctr> (cgroup v1, cgroupfs) or kubepods-burstable-pod<uid_with_underscores>.slice
 _POD_RE = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
@@ -37,7 +37,7 @@ def slurm_job_id(slurm_id: str) -> str | None:
     `slurm:<id>`, or None when that is not a valid job id. The one rule for the agent, `fleetprof run` and the
     Slurm prolog/epilog, so that all three name the same job."""
     job_id = f"slurm:{slurm_id.strip()}"
-    return job_id if slurm_id.strip() and _JOB_ID_RE.match(job_id) else None
+    return job_id if slurm_id.strip() and is_job_id(job_id) else None
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Attributor:
                 job = entry[17:].decode(errors="replace")
             elif entry.startswith(b"SLURM_JOB_ID="):
                 slurm = entry[13:].decode(errors="replace")
-        if job and _JOB_ID_RE.match(job):
+        if job and is_job_id(job):
             return Attribution(job, ENV_JOB)
         if job:
             log.warning("pid %d: FLEETPROF_JOB_ID %r is not a valid job id; ignored", pid, job)
@@ -136,7 +136,7 @@ class Attributor:
             return None
         if gpu_uuid is not None:
             pods = {(p.namespace, p.name): p for p in self.pod_resources.pods_of_gpu(gpu_uuid)}
-            if len(pods) == 1 and _JOB_ID_RE.match(job_id := next(iter(pods.values())).job_id):
+            if len(pods) == 1 and is_job_id(job_id := next(iter(pods.values())).job_id):
                 return Attribution(job_id, K8S_POD_RESOURCES)
         return Attribution(f"k8s:pod-{m.group(1).replace('_', '-')}", K8S_POD) if m else None
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetprof.jobid import k8s_job_id
+
 log = logging.getLogger(__name__)
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -37,7 +39,7 @@ class PodRef:
 
     @property
     def job_id(self) -> str:
-        return f"k8s:{self.namespace}/{self.name}"
+        return k8s_job_id(self.namespace, self.name)
 
 
 class WireFormatError(ValueError):

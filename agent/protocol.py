@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from fleetprof import jobid
 
 PROTOCOL_VERSION: Final = 1
 SampleSource = Literal["nvml", "replay", "test"]  # where a sample batch comes from
@@ -27,7 +29,10 @@ NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, le=MAX_EPOCH_S, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-JobId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@+=-]+$")]
+# The one job-id grammar (fleetprof/jobid.py says what it allows and why). Checked by its own function, whose
+# message says what is wrong (a failed `pattern` would answer with the whole regex); the schema shows the pattern.
+JobId = Annotated[str, Field(min_length=1, max_length=jobid.MAX_LENGTH, json_schema_extra={"pattern": jobid.PATTERN}),
+                  AfterValidator(jobid.check_job_id)]
 
 
 class _Strict(BaseModel):
@@ -161,6 +166,9 @@ class SampleBatch(_Strict):
     processes: ProcessColumns | None = None
     # Samples the agent's spool had to drop (disk bound reached) since it started: reported, never silent.
     dropped_samples_total: NonNegInt = 0
+    # Rows the agent dropped since it started because they failed validation (e.g. a process row whose job id is
+    # not one): reported, never silent. Left out (null) while there are none.
+    dropped_rows_total: NonNegInt | None = None
     # Agent clock minus server clock, as the agent measured it from the last acknowledgement's Date.
     clock_skew_s: FiniteFloat | None = None
 

@@ -6,7 +6,10 @@ Two cadences:
   missed (`memory_used_max_bytes`, `power_max_w`);
 - `sample()` (every `interval_s`) takes a full reading of every GPU, closes the interval's mean/max, lists the
   GPU processes and attributes them to jobs.
-`make_batch()` turns the rows gathered since the last batch into one validated SampleBatch.
+`make_batch()` turns the rows gathered since the last batch into one validated SampleBatch. A row that fails
+validation (a process whose job id is not one, from a device layer or a recording) is dropped, counted in
+`dropped_rows_total` (shipped with every later batch) and logged once per field: one bad row never costs the batch,
+nor stops the agent.
 
 Energy is the hardware counter (mJ -> J here); the server integrates deltas of it, never power.
 A GPU whose reading raises GpuLostError gets a row with `healthy=false` and nulls; the others carry on.
@@ -20,7 +23,10 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from agent.attribution import Attributor
 from agent.devices.base import DeviceError, Devices, GpuLostError, GpuReading
@@ -39,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _KIB = 1024.0  # NVML's "KB" throughput units are KiB
 _NON_NEGATIVE = frozenset(name for name, _ in SAMPLE_FIELDS) - {"temperature_c"}
+_Columns = TypeVar("_Columns", bound=BaseModel)
 
 
 @dataclass
@@ -97,6 +104,8 @@ class Sampler:
         self.attributor = attributor if attributor is not None else Attributor()
         self.clock = clock
         self.seq = 0
+        self.dropped_rows_total = 0  # rows that failed validation, since the start
+        self._dropped_fields_logged: set[str] = set()
         self._gpus = devices.gpus()
         self._intervals = [_Interval() for _ in self._gpus]
         self._healthy = [True] * len(self._gpus)
@@ -234,12 +243,40 @@ class Sampler:
         for name, col in pend.values.items():
             if any(v is not None for v in col):
                 cols[name] = col
-        processes = ProcessColumns(**pend.procs) if pend.procs["ts"] else None
+        samples = self._valid_rows(SampleColumns, cols, "sample")
+        processes = self._valid_rows(ProcessColumns, pend.procs, "process") if pend.procs["ts"] else None
+        if samples is None:
+            return None
         self.seq += 1
         return SampleBatch(
             protocol_version=PROTOCOL_VERSION, node=self.node, agent_id=self.agent_id, seq=self.seq,
             sent_at=self.clock(), source=self.devices.source,
-            node_info=self._node_info, gpus=self._gpu_info, samples=SampleColumns(**cols), processes=processes,
-            dropped_samples_total=dropped_samples_total,
+            node_info=self._node_info, gpus=self._gpu_info, samples=samples, processes=processes,
+            dropped_samples_total=dropped_samples_total, dropped_rows_total=self.dropped_rows_total or None,
             clock_skew_s=None if clock_skew_s is None or not math.isfinite(clock_skew_s) else clock_skew_s,
         )
+
+    def _valid_rows(self, model: type[_Columns], cols: dict[str, Any], what: str) -> _Columns | None:
+        """`model(**cols)` without the rows that fail validation (None when none is left); those are counted and
+        the first of each field logged. An error that is no row's (a column of the wrong length) still raises."""
+        try:
+            return model(**cols)
+        except ValidationError as exc:
+            bad: dict[int, ErrorDetails] = {}
+            for error in exc.errors():
+                loc = error["loc"]
+                if len(loc) < 2 or not isinstance(loc[1], int):
+                    raise
+                bad.setdefault(loc[1], error)
+        self.dropped_rows_total += len(bad)
+        for first in bad.values():
+            field_name = f"{what}.{first['loc'][0]}"
+            if field_name not in self._dropped_fields_logged:
+                self._dropped_fields_logged.add(field_name)
+                log.warning("dropped %d %s row(s): %s %r: %s (counted in dropped_rows_total, %d so far; logged once "
+                            "per field)", len(bad), what, field_name, first["input"], first["msg"],
+                            self.dropped_rows_total)
+        keep = [i for i in range(len(cols["ts"])) if i not in bad]
+        if not keep:
+            return None
+        return model(**{name: None if col is None else [col[i] for i in keep] for name, col in cols.items()})

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from fleetprof.jobid import job_path
+
 T = TypeVar("T")
 
 
@@ -83,33 +85,33 @@ class ApiClient:
                          offset=offset)
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return self._get(f"/api/v1/jobs/{_seg(job_id)}")
+        return self._get(job_path(job_id))
 
     def report(self, job_id: str) -> dict[str, Any]:
-        return self._get(f"/api/v1/jobs/{_seg(job_id)}/report")
+        return self._get(job_path(job_id, "report"))
 
     def timeseries(self, job_id: str, metric: str, *, points: int = 1000, since: float | None = None,
                    until: float | None = None) -> dict[str, Any]:
-        return self._get(f"/api/v1/jobs/{_seg(job_id)}/timeseries", metric=metric, points=points, since=since,
+        return self._get(job_path(job_id, "timeseries"), metric=metric, points=points, since=since,
                          until=until)
 
     def timeseries_batch(self, job_id: str, points: Mapping[str, int], *, since: float | None = None,
                          until: float | None = None) -> dict[str, dict[str, Any]]:
         """Several metrics at once, each with its points budget (the API reads each GPU's samples once for all):
         {metric: the /timeseries answer for it}."""
-        return self._get(f"/api/v1/jobs/{_seg(job_id)}/timeseries/batch", metric=list(points),
+        return self._get(job_path(job_id, "timeseries", "batch"), metric=list(points),
                          points=list(points.values()), since=since, until=until)["metrics"]
 
     def steps(self, job_id: str, *, since: float | None = None, until: float | None = None,
               limit: int = 20_000, points: int | None = None) -> dict[str, Any]:
         """Per-step series; with `points`, downsampled per rank to about that many rows plus a step-time
         histogram of every step in the range (`wall_s_histogram`)."""
-        return self._get(f"/api/v1/jobs/{_seg(job_id)}/steps", since=since, until=until, limit=limit,
+        return self._get(job_path(job_id, "steps"), since=since, until=until, limit=limit,
                          points=points)
 
     def report_html(self, job_id: str) -> str:
         # `format` as a parameter: httpx replaces a URL's own query string with the request's params
-        return self._request("GET", f"/api/v1/jobs/{_seg(job_id)}/report", params={"format": "html"}).text
+        return self._request("GET", job_path(job_id, "report"), params={"format": "html"}).text
 
     # ------------------------------------------------------------------ inventory and fleet (operator)
     def nodes(self) -> list[dict[str, Any]]:
@@ -163,10 +165,3 @@ def gather(*calls: Callable[[], T]) -> list[T | ApiError]:
         return [run(calls[0])]
     with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="api") as pool:
         return list(pool.map(run, calls))
-
-
-def _seg(value: str) -> str:
-    """A job id as one path segment (ids are validated by the API; quote anyway)."""
-    from urllib.parse import quote
-
-    return quote(value, safe="")

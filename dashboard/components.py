@@ -13,6 +13,7 @@ from dash import dcc, html
 
 from dashboard import format as fmt
 from dashboard.client import ApiClient, ApiError
+from fleetprof.jobid import path_segment
 
 APP_CONFIG_KEY = "FLEETPROF_DASHBOARD"
 
@@ -77,10 +78,13 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, id: str | No
     ], className="data", **_id(id))
 
 
-def job_link(job_id: str) -> dcc.Link:
-    from urllib.parse import quote
+def job_href(job_id: str) -> str:
+    """The job page of `job_id`: a '/' in it travels as %2F, as in the API's paths (fleetprof.jobid)."""
+    return f"/jobs/{path_segment(job_id)}"
 
-    return dcc.Link(job_id, href=f"/jobs/{quote(job_id, safe='')}")
+
+def job_link(job_id: str) -> dcc.Link:
+    return dcc.Link(job_id, href=job_href(job_id))
 
 
 def node_link(node: str) -> dcc.Link:

@@ -61,7 +61,9 @@ class ObserveMiddleware:
             await self.app(scope, receive, send_with_headers)
         finally:
             route = scope.get("route")
-            self.latency.labels(route=getattr(route, "path", "unmatched")).observe(time.perf_counter() - start)
+            # path_format: the template without convertors (/api/v1/jobs/{job_id}, not {job_id:job_id})
+            label = getattr(route, "path_format", None) or getattr(route, "path", "unmatched")
+            self.latency.labels(route=label).observe(time.perf_counter() - start)
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
@@ -124,7 +126,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(r)
 
     from server.ingest.fastpath import SampleIngestFastPath
+    from server.job_paths import EncodedSlashMiddleware
     from server.ratelimit import RequestGuardMiddleware  # inside ObserveMiddleware: 429/413 get its headers
+    app.add_middleware(EncodedSlashMiddleware)  # innermost: the router sees a job id's %2F as part of it
     app.add_middleware(SampleIngestFastPath)  # inside the guards: rate and size limits apply to it as to all
     app.add_middleware(RequestGuardMiddleware, settings=settings)
     app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)

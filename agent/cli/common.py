@@ -5,6 +5,7 @@ from __future__ import annotations
 from agent.config import load_settings
 from agent.transport import Transport
 from fleetprof.errors import CliError
+from fleetprof.jobid import job_id_problem
 
 
 def client_transport(server_url: str | None = None, token: str | None = None, *, timeout_s: float = 60.0) -> Transport:
@@ -14,6 +15,14 @@ def client_transport(server_url: str | None = None, token: str | None = None, *,
     if not settings.token:
         raise CliError("no token: set FLEETPROF_TOKEN (create one with `fleetprof token create`) or pass --token")
     return Transport(settings.server_url, settings.token, timeout_s=timeout_s)
+
+
+def checked_job_id(value: str) -> str:
+    """`value` if it is a job id (fleetprof/jobid.py), else a one-line error saying why, before any request."""
+    problem = job_id_problem(value)
+    if problem is not None:
+        raise CliError(f"job id {value!r}: {problem}")
+    return value
 
 
 def add_server_arguments(parser) -> None:

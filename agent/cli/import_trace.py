@@ -12,9 +12,10 @@ import gzip
 import sys
 from pathlib import Path
 
-from agent.cli.common import add_server_arguments, client_transport
+from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.transport import TransportError
 from fleetprof.errors import CliError
+from fleetprof.jobid import job_path
 
 PICKLE_MAGIC = b"\x80"
 
@@ -46,6 +47,7 @@ def _payload(path: Path) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    path_of_traces = job_path(checked_job_id(args.job_id), "traces")
     with client_transport(args.server, args.token) as t:
         for name in args.files:
             path = Path(name)
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             if args.rank is not None:
                 params["rank"] = str(args.rank)
             try:
-                resp = t.request("POST", f"/api/v1/jobs/{args.job_id}/traces", raw_body=body,
+                resp = t.request("POST", path_of_traces, raw_body=body,
                                  content_type="application/gzip", params=params,
                                  compress=False)
             except TransportError as exc:

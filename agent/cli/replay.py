@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 
-from agent.cli.common import add_server_arguments, client_transport
+from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.recordings import RecordingError, iter_timesteps, make_batch, read_recording
 from agent.transport import TransportError
 from fleetprof.errors import CliError
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    checked_job_id(args.job_id)
     try:
         rec = read_recording(args.file, tz=args.tz)
     except RecordingError as exc:

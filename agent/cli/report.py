@@ -7,11 +7,12 @@ import json
 import sys
 from typing import Any
 
-from agent.cli.common import add_server_arguments, client_transport
+from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.cli.tables import recommendation_lines, record_lines, section_lines
 from agent.transport import TransportError
 from fleetprof import units
 from fleetprof.errors import CliError
+from fleetprof.jobid import job_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,12 +45,13 @@ def format_table(report: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     params = {"refresh": "true"} if args.refresh else {}
+    path = job_path(checked_job_id(args.job_id), "report")
     with client_transport(args.server, args.token) as t:
         try:
             if args.format == "html":
-                text = t.request("GET", f"/api/v1/jobs/{args.job_id}/report", params={**params, "format": "html"}).body
+                text = t.request("GET", path, params={**params, "format": "html"}).body
             else:
-                report = t.request("GET", f"/api/v1/jobs/{args.job_id}/report", params=params).body
+                report = t.request("GET", path, params=params).body
                 text = json.dumps(report, indent=2) + "\n" if args.format == "json" else format_table(report)
         except TransportError as exc:
             raise CliError(str(exc)) from None

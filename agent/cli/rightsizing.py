@@ -8,10 +8,11 @@ import json
 import sys
 from typing import Any
 
-from agent.cli.common import add_server_arguments, client_transport
+from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.cli.tables import recommendation_lines, section_lines
 from agent.transport import TransportError
 from fleetprof.errors import CliError
+from fleetprof.jobid import job_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.team and not args.name:
         raise CliError("--team goes with --name")
     if args.job_id is not None:
-        path, params = f"/api/v1/jobs/{args.job_id}/rightsizing", {"history": args.history}
+        path, params = job_path(checked_job_id(args.job_id), "rightsizing"), {"history": args.history}
     else:
         path = "/api/v1/rightsizing"
         params = {"name": args.name, "history": args.history, **({"team": args.team} if args.team else {})}

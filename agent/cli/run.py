@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from agent.cli.common import checked_job_id
 from agent.config import load_settings
 from fleetprof.errors import CliError
 
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
     settings = load_settings(team=args.team)
-    job_id = args.job_id or default_job_id(settings)
+    job_id = checked_job_id(args.job_id) if args.job_id is not None else default_job_id(settings)
     if args.job_id is None:
         print(f"fleetprof run: job id {job_id}", file=sys.stderr)
     result = JobRunner(settings).run(command, job_id=job_id, team=settings.team, name=args.name,

@@ -51,6 +51,7 @@ from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, cuda_peaks_and_reset
 from agent.hooks.sender import EventSender
 from agent.transport import Transport
+from fleetprof.jobid import job_path
 
 snapshot_to_json: Callable[..., dict[str, Any]] | None
 try:  # written by the imports engineer; optional here
@@ -398,7 +399,7 @@ class Profiler:
             # The "fleetprof.snapshot.v1" document, sent as `fleetprof import-trace` sends one (gzip).
             payload = snapshot_to_json(snapshot)
             body = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), compresslevel=5)
-            transport.request("POST", f"/api/v1/jobs/{job_id}/traces", raw_body=body,
+            transport.request("POST", job_path(job_id, "traces"), raw_body=body,
                               content_type="application/gzip", compress=False,
                               params={"filename": f"hooks-alloc-trace-steps-{first}-{last}.json",
                                       "rank": str(rank)})

@@ -27,7 +27,13 @@ _PAGE_PADDING_PX, _ROW_GAP_PX, _PLOT_MARGINS_PX = 48, 12, 80
 def layout(job_id: str | None = None, **_: Any) -> html.Div:
     from urllib.parse import unquote
 
+    from dashboard.components import error_box
+    from fleetprof.jobid import job_id_problem
+
     job_id = unquote(job_id or "")
+    problem = job_id_problem(job_id)
+    if problem is not None:  # the API would answer 404; say what is wrong with the address instead
+        return html.Div([html.H2("Job"), error_box(f"{job_id!r} is not a job id: {problem}", id="job-error")])
 
     def half(graph_id: str) -> html.Div:
         return html.Div(dcc.Graph(id=graph_id, config=_GRAPH_CONFIG), className="half")

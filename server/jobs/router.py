@@ -14,12 +14,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELDS
+from fleetprof.jobid import job_path
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
-from server.errors import Forbidden, InvalidInput
+from server.errors import Forbidden, InvalidInput, NotFound
+from server.job_paths import JOB
 from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
@@ -92,7 +94,7 @@ def parse_compare_ids(ids: str) -> list[str]:
     return parts
 
 
-# Declared before /{job_id}: that route would otherwise take "compare" for a job id.
+# Declared before JOB: that route would otherwise take "compare" for a job id.
 @router.get("/compare", response_model=CompareOut, responses={**JOB_NOT_FOUND, 422: {}},
             summary="Compare runs (GPU types, counts, frameworks, batch sizes) against the first id's run")
 def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
@@ -106,13 +108,13 @@ def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: Settin
     return compare_runs(runs)
 
 
-@router.get("/{job_id}", response_model=JobRead, responses=JOB_NOT_FOUND, summary="A job's metadata and state")
+@router.get(JOB, response_model=JobRead, responses=JOB_NOT_FOUND, summary="A job's metadata and state")
 def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRead:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return job_service.to_read(job, job_service.gpu_uuids_of(session, [job.id])[job.id])
 
 
-@router.get("/{job_id}/report", responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {}}}},
+@router.get(f"{JOB}/report", responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {}}}},
             summary="The job's characterization (JSON, or ?format=html for a standalone page)")
 def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
@@ -180,7 +182,7 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
     return out
 
 
-@router.get("/{job_id}/timeseries", response_model=TimeseriesOut, responses=JOB_NOT_FOUND,
+@router.get(f"{JOB}/timeseries", response_model=TimeseriesOut, responses=JOB_NOT_FOUND,
             summary="A downsampled per-GPU series for plots (min/max preserved)")
 def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
                    metric: Annotated[str, Query(description=f"one of {', '.join(TIMESERIES_METRICS)}")],
@@ -199,7 +201,7 @@ class TimeseriesBatchOut(BaseModel):
     metrics: dict[str, TimeseriesOut]
 
 
-@router.get("/{job_id}/timeseries/batch", response_model=TimeseriesBatchOut, responses=JOB_NOT_FOUND,
+@router.get(f"{JOB}/timeseries/batch", response_model=TimeseriesBatchOut, responses=JOB_NOT_FOUND,
             summary="Several downsampled per-GPU series at once: each GPU's samples are read once for all")
 def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: SessionDep,
                          metric: Annotated[list[str], Query(description="repeated: metric=power_w&metric=...")],
@@ -220,7 +222,7 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
                          series=series[m]) for m in metric})
 
 
-@router.get("/{job_id}/steps", summary="Per-step wall time and allocator peaks from the framework hooks",
+@router.get(f"{JOB}/steps", summary="Per-step wall time and allocator peaks from the framework hooks",
             responses=JOB_NOT_FOUND)
 def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since: float | None = None,
               until: float | None = None, limit: int = Query(20_000, ge=1, le=200_000),
@@ -268,13 +270,20 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
     return json_response(out)
 
 
-@router.get("/{job_id}/rightsizing", responses=JOB_NOT_FOUND,
+@router.get(f"{JOB}/rightsizing", responses=JOB_NOT_FOUND,
             summary="Right-sizing: GPU type and count, batch size, power cap, with reasons and evidence")
 def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                     history: int = Query(50, ge=1, le=500, description="past runs of the same job name to use"),
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return _rightsizing(session, job, settings, history)
+
+
+# Last of the job routes: a GET that none of them took. Most often an id whose '/' was sent bare; say how to write it.
+@router.get(JOB + "/{rest:path}", include_in_schema=False)
+def unknown_job_route(job_id: str, rest: str) -> None:
+    raise NotFound(f"no such route under job {job_id!r}; a job id with '/' is written %2F in a path "
+                   f"({job_path(f'{job_id}/{rest}')})")
 
 
 def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: int) -> dict[str, Any]:

@@ -247,8 +247,9 @@ def list_jobs(session: Session, *, principal: Principal, team: str | None, state
     if until is not None:
         stmt = stmt.where((Job.started_at.is_(None)) | (Job.started_at <= until))
     if q:
-        like = f"%{q.replace('%', '').replace('_', '')}%"
-        stmt = stmt.where(Job.job_id.ilike(like) | Job.name.ilike(like))
+        # `_` and `%` are LIKE wildcards: matched as themselves (`slurm:123_4` is an array task's id)
+        like = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = stmt.where(Job.job_id.ilike(like, escape="\\") | Job.name.ilike(like, escape="\\"))
     total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
     rows = session.scalars(stmt.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit).offset(offset)).all()
     return list(rows), total

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from server.db import session_scope
 from server.deps import EventWriterAuth, SettingsDep
 from server.errors import PayloadTooLarge
+from server.job_paths import JOB
 from server.jobs import service as job_service
 from server.traces import service as trace_service
 
@@ -29,7 +30,7 @@ class TraceRead(BaseModel):
     summary: dict[str, Any]
 
 
-@router.post("/{job_id}/traces", response_model=TraceRead,
+@router.post(f"{JOB}/traces", response_model=TraceRead,
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/json": {"schema": {"type": "object"}},
                  "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}},
