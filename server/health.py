@@ -1,7 +1,8 @@
-"""/healthz (liveness), /readyz (database and broker reachable), /metrics (Prometheus)."""
+"""/healthz (liveness), /readyz (database reachable and migrated, broker reachable), /metrics (Prometheus)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -9,9 +10,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 
 from server.metrics import REGISTRY
+from server.migrate import schema_state
 
 router = APIRouter(tags=["health"])
 
@@ -25,28 +26,29 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: database and broker reachable",
-            responses={503: {"description": "a dependency is down"}})
-def readyz(request: Request) -> JSONResponse:
-    checks: dict[str, str] = {}
-
-    def ping() -> None:
-        with request.app.state.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-
+def _within_deadline(probe: Callable[[], str]) -> str:
     # A frozen database answers nothing at all: the probe must say "not ready" within its own deadline.
-    future = _PROBES.submit(ping)
+    future = _PROBES.submit(probe)
     try:
-        future.result(timeout=READY_TIMEOUT_S)
-        checks["database"] = "ok"
+        return future.result(timeout=READY_TIMEOUT_S)
     except FutureTimeout:
-        checks["database"] = f"error: no answer within {READY_TIMEOUT_S:g} s"
+        return f"error: no answer within {READY_TIMEOUT_S:g} s"
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
-        checks["database"] = f"error: {exc.__class__.__name__}"
+        return f"error: {exc.__class__.__name__}"
+
+
+@router.get("/readyz", summary="Readiness: database reachable and migrated, broker reachable",
+            responses={503: {"description": "a dependency is down or the database is not migrated"}})
+def readyz(request: Request) -> JSONResponse:
+    def schema() -> str:
+        with request.app.state.engine.connect() as conn:
+            return schema_state(conn).summary
+
+    checks = {"database": _within_deadline(schema)}
     broker = request.app.state.broker_check
     if broker is not None:
         checks["broker"] = broker()
-    ok = all(v == "ok" for v in checks.values())
+    ok = all(v.startswith("ok") for v in checks.values())
     return JSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503,
                         headers=None if ok else {"Retry-After": "5"})
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 # Idle keep-alive connections are kept this long. uvicorn's default (5 s) equals the agent's batch interval, so the
 # server closed a connection just as the agent sent its next batch on it ("Server disconnected without sending a
 # response", a retry and a warning every few minutes); above the interval the connection is reused.
@@ -24,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from server.cli.schema import require_schema
+    from server.config import get_settings
+
+    require_schema(get_settings())  # bad settings or an unmigrated database: one line, exit 2, before uvicorn
     # `kill -USR1 <pid>` writes every thread's stack to stderr: how to see where a stuck request waits.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
