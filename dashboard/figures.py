@@ -213,8 +213,8 @@ def layer_time_bars(layers: Sequence[dict[str, Any]], top: int = 20) -> go.Figur
     for key, label, color in (("forward_s", "forward", PALETTE[0]), ("backward_s", "backward", PALETTE[1])):
         fig.add_trace(go.Bar(y=names, x=[(r.get(key) or 0.0) for r in rows], name=label, orientation="h",
                              marker={"color": color}, hovertemplate="%{x:.3f} s<extra>" + label + "</extra>"))
-    fig = _layout(fig, title="Time per layer (s, summed over steps)", y_title="", date_x=False, barmode="stack",
-                  xaxis_title="seconds", height=max(260, 22 * len(rows) + 80),
+    fig = _layout(fig, title="Time per layer (s, mean per sampled step, children included)", y_title="",
+                  date_x=False, barmode="stack", xaxis_title="seconds", height=max(260, 22 * len(rows) + 80),
                   legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 1, "xanchor": "right"})
     fig.update_yaxes(automargin=True)
     return fig
