@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dashboard.config import DashboardSettings
     from dashboard.server import serve_dashboard
+    from fleetprof.ports import listen
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API call is noise here
@@ -28,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    sock = listen(host, port, "dashboard", "--port")  # a port in use: one line, exit 2, before the banner
     print(f"fleetprof dashboard on http://{host}:{port}  (API {api_url}; sign in with a token at /signin)",
           flush=True)
-    serve_dashboard(host, port, api_url, settings.token, stop)
+    serve_dashboard(host, port, api_url, settings.token, stop, sock)
     return 0

@@ -214,8 +214,8 @@ def layer_time_bars(layers: Sequence[dict[str, Any]], top: int = 20) -> go.Figur
     for key, label, color in (("forward_s", "forward", PALETTE[0]), ("backward_s", "backward", PALETTE[1])):
         fig.add_trace(go.Bar(y=names, x=[(r.get(key) or 0.0) for r in rows], name=label, orientation="h",
                              marker={"color": color}, hovertemplate="%{x:.3f} s<extra>" + label + "</extra>"))
-    fig = _layout(fig, title="Time per layer (s, summed over steps)", y_title="", date_x=False, barmode="stack",
-                  xaxis_title="seconds", height=max(260, 22 * len(rows) + 80),
+    fig = _layout(fig, title="Time per layer (s, mean per sampled step, children included)", y_title="",
+                  date_x=False, barmode="stack", xaxis_title="seconds", height=max(260, 22 * len(rows) + 80),
                   legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 1, "xanchor": "right"})
     fig.update_yaxes(automargin=True)
     return fig
@@ -246,6 +246,23 @@ def memory_plan_bars(offset_plan: dict[str, Any] | None, swap_plan: dict[str, An
 # ------------------------------------------------------------------------------------------------ fleet page
 
 
+HOUR_MS = 3600e3
+# Tick every N hours, the first N giving at most 12 ticks, for windows up to two days; longer ones: plotly's own.
+_HOUR_TICK_STEPS = (1, 2, 3, 6, 12)
+
+
+def hourly_axis(fig: go.Figure, hours: Sequence[float]) -> go.Figure:
+    """The x axis of an hourly figure spans whole hours, the first hour's start to the last one's end. A window of
+    one hour has a single column, which plotly autoranged to a sliver around its centre: sub-millisecond ticks."""
+    first, last = min(hours), max(hours)
+    fig.update_xaxes(range=[first * 1000.0, last * 1000.0 + HOUR_MS], autorange=False)
+    span_h = (last - first) / 3600.0 + 1
+    if span_h <= 48:
+        step = next(n for n in _HOUR_TICK_STEPS if span_h / n <= 12)
+        fig.update_xaxes(tick0=first * 1000.0, dtick=step * HOUR_MS, tickformat="%H:%M\n%b %d")
+    return fig
+
+
 def utilization_heatmap(timeline: dict[str, Any] | None) -> go.Figure:
     """node×GPU rows, hourly columns, colour = mean GPU utilization (%); gaps where a GPU did not report."""
     timeline = timeline or {}
@@ -255,16 +272,22 @@ def utilization_heatmap(timeline: dict[str, Any] | None) -> go.Figure:
         return empty_figure("no hourly rollups in this window", title="GPU utilization by hour")
     z = np.array([[np.nan if v is None else v for v in row] for row in timeline["gpu_util_mean_pct"]],
                  dtype=np.float64)
+    # One column per hour from the first to the last (hours with no rollup at all are gaps), each one hour wide:
+    # with x as centres, plotly sized a single column 1 ms wide and stretched columns across missing hours.
+    first = min(hours)
+    cols = np.rint((np.asarray(hours, dtype=np.float64) - first) / 3600.0).astype(np.int64)
+    grid = np.full((z.shape[0], int(cols.max()) + 1), np.nan)
+    grid[:, cols] = z
     labels = [f"{g['node']} · GPU {g['index']}" for g in gpus]
     fig = go.Figure(go.Heatmap(
-        z=z, x=epoch_ms(hours) + 1800e3, y=labels, zmin=0, zmax=100, colorscale="Viridis",
+        z=grid, x0=first * 1000.0 + HOUR_MS / 2, dx=HOUR_MS, y=labels, zmin=0, zmax=100, colorscale="Viridis",
         colorbar={"title": {"text": "%"}, "thickness": 12}, hoverongaps=False,
         hovertemplate="%{y}<br>%{x|%Y-%m-%d %H:00} UTC<br>%{z:.1f} %<extra></extra>"))
     height = min(900, max(260, 14 * len(gpus) + 100))
     fig = _layout(fig, title=f"GPU utilization by hour ({len(gpus):,} GPUs, hourly mean %)", y_title="",
                   height=height)
     fig.update_yaxes(autorange="reversed", showticklabels=len(gpus) <= 60, rangemode=None)
-    return fig
+    return hourly_axis(fig, hours)
 
 
 def headroom_histogram(headroom: dict[str, Any] | None) -> go.Figure:
@@ -323,9 +346,11 @@ def energy_over_time(timeline: dict[str, Any] | None) -> go.Figure:
                              name="energy", hovertemplate="%{x|%Y-%m-%d %H:00} UTC<br>%{y:.2f} kWh from "
                                                           "%{customdata} GPUs<extra></extra>"))
         source = fmt.UNKNOWN
-    return _layout(fig, title="Fleet energy by hour (kWh)", subtitle=f"source: {source}", y_title="kWh", bargap=0.05,
-                   barmode="stack", showlegend=len(fig.data) > 1,
-                   legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0, "traceorder": "normal"})
+    fig.update_traces(width=0.95 * HOUR_MS)  # one hour wide: a lone bar was as thin as plotly's sliver of a range
+    fig = _layout(fig, title="Fleet energy by hour (kWh)", subtitle=f"source: {source}", y_title="kWh",
+                  barmode="stack", showlegend=len(fig.data) > 1,
+                  legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0, "traceorder": "normal"})
+    return hourly_axis(fig, hours)
 
 
 # ------------------------------------------------------------------------------------------------ zoom

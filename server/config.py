@@ -5,8 +5,12 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import model_validator
+from pydantic import ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from fleetprof.errors import CliError
+from server import urls
 
 EMBEDDED_DIR = Path(".fleetprof")
 
@@ -46,15 +50,26 @@ class ServerSettings(BaseSettings):
     pue: float = 1.2  # power usage effectiveness: facility kWh = GPU kWh x PUE
     price_per_kwh_usd: float = 0.12  # electricity price for a report's cost (per facility kWh)
 
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _database_url(cls, url: str | None) -> str | None:
+        # Empty means unset (embedded), as with every other FLEETPROF_ variable left blank in a unit or compose file.
+        return urls.database_url(url) if url and url.strip() else None
+
+    @field_validator("broker_url", mode="after")
+    @classmethod
+    def _broker_url(cls, url: str | None) -> str | None:
+        return urls.broker_url(url) if url and url.strip() else None
+
     @property
     def embedded(self) -> bool:
         return self.database_url is None
 
     @property
     def sqlalchemy_url(self) -> str:
+        """The database URL in SQLAlchemy's form (normalised by server.urls when the settings were read)."""
         if self.database_url:
-            url = self.database_url
-            return url.replace("postgres://", "postgresql+psycopg2://", 1) if url.startswith("postgres://") else url
+            return self.database_url
         return f"sqlite:///{(self.data_dir / 'fleetprof.db').resolve()}"
 
     @property
@@ -68,6 +83,21 @@ class ServerSettings(BaseSettings):
         return self
 
 
+class SettingsError(CliError):
+    """The environment's settings are unusable; one line per setting, never the value (a URL carries passwords)."""
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> ServerSettings:
-    return ServerSettings()
+    try:
+        return ServerSettings()
+    except ValidationError as exc:
+        raise SettingsError("; ".join(_describe(e) for e in exc.errors())) from None
+
+
+def _describe(error: ErrorDetails) -> str:
+    """One setting's problem as `FLEETPROF_NAME: reason`, without pydantic's echo of the input."""
+    cause = error.get("ctx", {}).get("error")
+    reason = str(cause) if cause is not None else error["msg"]
+    names = [str(part) for part in error.get("loc", ()) if part != "__root__"]
+    return f"FLEETPROF_{names[0].upper()}: {reason}" if names else reason

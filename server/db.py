@@ -107,8 +107,14 @@ def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:
 
     sql = str(stmt.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
     buf = io.BytesIO()
+    copy_sql = f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)"
     with raw_connection(session).cursor() as cur:
-        cur.copy_expert(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", buf)
+        if hasattr(cur, "copy_expert"):  # psycopg2
+            cur.copy_expert(copy_sql, buf)
+        else:  # psycopg 3 (used when psycopg2 is not installed, see server.urls)
+            with cur.copy(copy_sql) as copy:
+                for chunk in copy:
+                    buf.write(chunk)
     if buf.tell() == 0:
         return np.empty((0, ncols))
     buf.seek(0)

@@ -1,7 +1,9 @@
-"""/healthz (liveness), /readyz (database and broker reachable), /metrics (Prometheus)."""
+"""/healthz (liveness), /readyz (can accept ingest: database reachable and migrated), /healthz/broker (the
+Celery broker, its own signal), /metrics (Prometheus, with `fleetprof_broker_up`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -9,9 +11,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 
 from server.metrics import REGISTRY
+from server.migrate import schema_state
 
 router = APIRouter(tags=["health"])
 
@@ -25,30 +27,45 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: database and broker reachable",
-            responses={503: {"description": "a dependency is down"}})
-def readyz(request: Request) -> JSONResponse:
-    checks: dict[str, str] = {}
-
-    def ping() -> None:
-        with request.app.state.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-
+def _within_deadline(probe: Callable[[], str]) -> str:
     # A frozen database answers nothing at all: the probe must say "not ready" within its own deadline.
-    future = _PROBES.submit(ping)
+    future = _PROBES.submit(probe)
     try:
-        future.result(timeout=READY_TIMEOUT_S)
-        checks["database"] = "ok"
+        return future.result(timeout=READY_TIMEOUT_S)
     except FutureTimeout:
-        checks["database"] = f"error: no answer within {READY_TIMEOUT_S:g} s"
+        return f"error: no answer within {READY_TIMEOUT_S:g} s"
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
-        checks["database"] = f"error: {exc.__class__.__name__}"
-    broker = request.app.state.broker_check
-    if broker is not None:
-        checks["broker"] = broker()
-    ok = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503,
-                        headers=None if ok else {"Retry-After": "5"})
+        return f"error: {exc.__class__.__name__}"
+
+
+def _broker_status(request: Request) -> str:
+    check = request.app.state.broker_check
+    return "not used (tasks run in-process)" if check is None else _within_deadline(check)
+
+
+@router.get("/readyz", summary="Readiness: can accept ingest (database reachable and migrated to this code's head)",
+            responses={503: {"description": "the database is down or not migrated"}})
+def readyz(request: Request) -> JSONResponse:
+    """Ingest needs the database only: a broker outage delays characterization, not ingest, so it must not take
+    collectors out of rotation. The broker's state is reported beside the checks (and at /healthz/broker)."""
+
+    def schema() -> str:
+        with request.app.state.engine.connect() as conn:
+            return schema_state(conn).summary
+
+    database = _within_deadline(schema)
+    ok = database.startswith("ok")
+    body = {"status": "ok" if ok else "unavailable", "checks": {"database": database},
+            "broker": _broker_status(request)}
+    return JSONResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "5"})
+
+
+@router.get("/healthz/broker", summary="The Celery broker (Redis) answers; not part of readiness",
+            responses={503: {"description": "the broker does not answer"}})
+def broker_health(request: Request) -> JSONResponse:
+    status = _broker_status(request)
+    ok = not status.startswith("error")
+    return JSONResponse({"status": "ok" if ok else "unavailable", "broker": status}, status_code=200 if ok else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics (service + DCGM-compatible fleet gauges)",

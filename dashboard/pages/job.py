@@ -279,9 +279,12 @@ def layers_section(report: dict[str, Any]) -> html.Section:
     layers = (report.get("time") or {}).get("layers") or []
     rows = [[fmt.text(r.get("module")), fmt.text(r.get("module_type")), fmt.seconds(r.get("forward_s")),
              fmt.seconds(r.get("backward_s")), fmt.seconds(r.get("total_s")), fmt.fraction_pct(r.get("time_fraction")),
-             fmt.size(r.get("activation_bytes")), fmt.count(r.get("calls"))] for r in layers]
-    return section("Layers (framework hooks)",
-                   table(["module", "type", "forward", "backward", "total", "share", "activations", "calls"],
+             fmt.fraction_pct(r.get("self_time_fraction")), fmt.size(r.get("activation_bytes")),
+             fmt.count(r.get("calls"))] for r in layers]
+    # Shares are of the step: inclusive (children included, the model itself ~100 %) and self (without them).
+    return section("Layers (framework hooks, per sampled step)",
+                   table(["module", "type", "forward", "backward", "total", "share of step", "self share",
+                          "activations", "calls"],
                          rows, id="job-layers", empty="no per-layer data: the job ran without framework hooks"))
 
 

@@ -118,11 +118,16 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
         "input_stalls": stalls,
         "stragglers": stragglers,
         **iterations.gpu_imbalance(job.gpus),
-        "layers": timing.layer_table(job.layers),
+        "layers": timing.layer_table(job.layers, job.layer_step_s),
+        "layers_step_time_s": job.layer_step_s,
         "trace_summaries": job.trace_summaries,
     }
     sources["time.steps"] = "framework" if st["steps"] is not None else None
     sources["time.period_s"] = f"telemetry:{period.signal}" if period else None
+    sources["time.layers"] = ("framework hooks: time_fraction = inclusive time (children included) / "
+                              "layers_step_time_s (mean wall time of the sampled steps); self_time_fraction = "
+                              "without children"
+                              if job.layers else None)
     sources["time.gpu_busy_fraction"] = "nvml:mean(gpu_util_pct)/100" if busy["gpu_busy_fraction"] is not None else None
 
     steps_n = st["steps"]

@@ -105,6 +105,7 @@ class JobData:
     steps: StepSeries | None
     layers: list[LayerStat]
     oom_events: int = 0
+    layer_step_s: float | None = None  # mean wall time of the steps the layers were sampled in (their shares' basis)
     trace_summaries: list[dict[str, Any]] = field(default_factory=list)  # Kineto imports, passed through
     processes: list[ProcessPeak] = field(default_factory=list)  # every process seen on the job's GPUs
     energy_settings: EnergySettings = field(default_factory=EnergySettings)

@@ -41,6 +41,10 @@ def recommendation(kind: str, summary: str, reason: str, evidence: Mapping[str, 
 # ---------------------------------------------------------------- memory (VPA)
 
 
+# Confidence in words, from days of history (VPA's confidence): under a day the bounds are wide.
+CONFIDENCE_LEVELS = ((1.0, "low"), (7.0, "medium"), (math.inf, "high"))
+
+
 @dataclass
 class MemoryTarget:
     target_bytes: int
@@ -49,12 +53,23 @@ class MemoryTarget:
     observed_peak_bytes: int
     confidence: float  # days of history, VPA-style
     oom_bump: bool
+    upper_bound_capped_at: str | None = None  # what bounded the upper bound below VPA's widening, if anything
+
+    @property
+    def confidence_level(self) -> str:
+        return next(level for days, level in CONFIDENCE_LEVELS if self.confidence < days)
 
 
 def vpa_memory_target(interval_peaks_bytes: Sequence[float], *, history_s: float, oom: bool = False,
-                      oom_capacity_bytes: int | None = None,
+                      oom_capacity_bytes: int | None = None, capacity_bytes: int | None = None,
+                      capacity_source: str = "gpu_capacity",
                       margin: float = SAFETY_MARGIN_FRACTION) -> MemoryTarget | None:
-    """Recommended device memory from per-interval peaks (e.g. hourly peaks of each run)."""
+    """Recommended device memory from per-interval peaks (e.g. hourly peaks of each run).
+
+    VPA widens the upper bound by 1 + 1/confidence_days, without limit: 10 minutes of history gave x145 (tens of
+    TB for an 80 GB GPU). A run that did not run out of memory needed at most its GPU's memory, so the upper bound
+    never exceeds `capacity_bytes` (the largest GPU the runs had, else the caller's physical limit) unless the
+    target itself does (after an OOM)."""
     p = np.asarray([x for x in interval_peaks_bytes if x is not None], dtype=np.float64)
     p = p[~np.isnan(p)]
     if p.size == 0:
@@ -65,12 +80,16 @@ def vpa_memory_target(interval_peaks_bytes: Sequence[float], *, history_s: float
     target = max(float(np.percentile(p, TARGET_PERCENTILE)) * (1 + margin), observed)
     upper = target * (1 + 1.0 / confidence)
     lower = float(np.percentile(p, 50)) * (1 + 0.001 / confidence) ** -2
+    capped = None
+    if capacity_bytes is not None and upper > max(float(capacity_bytes), target):
+        upper, capped = max(float(capacity_bytes), target), capacity_source
     if oom:
         # The job wanted more than it had: start from the capacity it ran out of when we know it.
         base = max(observed, float(oom_capacity_bytes or 0))
         bumped = max(base * (1 + OOM_BUMP_FRACTION), base + OOM_MIN_BUMP_BYTES)
         target, upper = max(target, bumped), max(upper, bumped)
-    return MemoryTarget(math.ceil(target), int(min(lower, target)), math.ceil(upper), int(observed), confidence, oom)
+    return MemoryTarget(math.ceil(target), int(min(lower, target)), math.ceil(upper), int(observed), confidence, oom,
+                        capped)
 
 
 def smallest_fitting_gpu(required_bytes: float, catalog: Sequence[GpuModel] | None = None) -> GpuModel | None:
@@ -207,14 +226,21 @@ def rightsize(history: Sequence[Mapping[str, Any]], *,
         peaks = [r["peak_used_bytes"] for r in runs if r.get("peak_used_bytes") is not None]
     history_s = sum(r.get("duration_s") or 0.0 for r in runs)
     oom_runs = [r for r in runs if r.get("oom")]
+    # The physical limit: the largest GPU the runs had, else (not known) the largest GPU in the catalogue.
+    had = max((r.get("memory_total_bytes") or 0 for r in runs), default=0)
+    capacity, capacity_source = ((had, "gpu_capacity") if had else
+                                 (max((m.memory_bytes for m in catalog), default=None), "largest_catalogue_gpu"))
     target = vpa_memory_target(peaks, history_s=history_s, oom=bool(oom_runs),
                                oom_capacity_bytes=max((r.get("memory_total_bytes") or 0 for r in oom_runs),
-                                                      default=None))
+                                                      default=None),
+                               capacity_bytes=capacity, capacity_source=capacity_source)
     if target is not None:
         out["memory"] = {
             "target_bytes": target.target_bytes, "lower_bound_bytes": target.lower_bound_bytes,
             "upper_bound_bytes": target.upper_bound_bytes, "observed_peak_bytes": target.observed_peak_bytes,
-            "confidence_days": target.confidence, "oom_bump": target.oom_bump,
+            "confidence_days": target.confidence, "confidence": target.confidence_level,
+            "history_s": history_s, "upper_bound_capped_at": target.upper_bound_capped_at,
+            "oom_bump": target.oom_bump,
         }
         recs.extend(_gpu_type_recs(target, last, catalog))
     recs.extend(_gpu_count_recs(last))
@@ -249,7 +275,7 @@ def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Seque
     current = find_model(last["gpu_name"], tuple(catalog)) if last.get("gpu_name") else None
     evidence = {"target_bytes": target.target_bytes, "observed_peak_bytes": target.observed_peak_bytes,
                 "current_gpu": current.name if current else last.get("gpu_name"),
-                "confidence_days": target.confidence}
+                "confidence_days": target.confidence, "confidence": target.confidence_level}
     if fit is None:
         return [recommendation(
             "gpu_type", "No single GPU in the catalogue holds this job's memory",
@@ -263,11 +289,13 @@ def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Seque
         per_h = current.price_per_hour_usd - fit.price_per_hour_usd
         saving = {"usd_per_gpu_hour": per_h, "usd": per_h * gh if gh is not None else None}
     why = "after an out-of-memory failure, " if target.oom_bump else ""
+    caveat = (f"; {target.confidence_level} confidence: {target.confidence * 24:.1f} h of history"
+              if target.confidence_level != "high" else "")
     return [recommendation(
         "gpu_type", f"Run on {fit.name} ({fit.memory_bytes / 2**30:.0f} GiB)",
         f"{why}the smallest catalogue GPU that holds the VPA-style target of "
         f"{target.target_bytes / 2**30:.1f} GiB (p{TARGET_PERCENTILE:.0f} of hourly peaks "
-        f"+{SAFETY_MARGIN_FRACTION:.0%}, never below the observed peak)",
+        f"+{SAFETY_MARGIN_FRACTION:.0%}, never below the observed peak){caveat}",
         {**evidence, "recommended_memory_bytes": fit.memory_bytes}, saving)]
 
 

@@ -16,16 +16,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from alembic import command
+    from sqlalchemy.exc import OperationalError
 
+    from fleetprof.errors import CliError
     from server.config import get_settings
     from server.migrate import alembic_config, downgrade, upgrade
 
     settings = get_settings()
-    if args.db_command == "upgrade":
-        upgrade(settings, args.revision)
-        print(f"database at {args.revision} ({'embedded sqlite' if settings.embedded else 'postgres'})")
-    elif args.db_command == "downgrade":
-        downgrade(settings, args.revision)
-    else:
-        command.current(alembic_config(settings))
+    try:
+        if args.db_command == "upgrade":
+            upgrade(settings, args.revision)
+            print(f"database at {args.revision} ({'embedded sqlite' if settings.embedded else 'postgres'})")
+        elif args.db_command == "downgrade":
+            downgrade(settings, args.revision)
+        else:
+            command.current(alembic_config(settings))
+    except OperationalError as exc:  # the driver's first line says why (refused, unknown host, no such database)
+        raise CliError(f"cannot reach the database: {str(exc.orig).strip().splitlines()[0]}") from None
     return 0

@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from server.cli.schema import require_schema
+    from server.config import get_settings
+
+    require_schema(get_settings())  # bad settings or an unmigrated database: one line, exit 2, before uvicorn
     # `kill -USR1 <pid>` writes every thread's stack to stderr: how to see where a stuck request waits.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 

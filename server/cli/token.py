@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _in_session(work: Callable[[Session], T]) -> T:
     """`work(session)` in one transaction on the configured database (the embedded one migrated first)."""
+    from server.cli.schema import require_schema
     from server.config import get_settings
     from server.db import make_engine, make_sessionmaker, session_scope
     from server.errors import DomainError
@@ -43,6 +44,7 @@ def _in_session(work: Callable[[Session], T]) -> T:
     settings = get_settings()
     if settings.embedded:
         upgrade(settings)
+    require_schema(settings)
     engine = make_engine(settings)
     try:
         with session_scope(make_sessionmaker(engine)) as session:

@@ -12,9 +12,11 @@ import argparse
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fleetprof.errors import CliError
+from fleetprof.ports import listen
 
 log = logging.getLogger("fleetprof.up")
 
@@ -90,6 +92,15 @@ def _register_demo_job(base_url: str, token: str, recording: Path) -> None:
                                      "metadata": {"replay": True}})
 
 
+def _dashboard_server() -> Callable[..., None] | None:
+    """dashboard.server.serve_dashboard, or None where the dashboard extra is not installed."""
+    try:
+        from dashboard.server import serve_dashboard
+    except ImportError:
+        return None
+    return serve_dashboard
+
+
 def _wait_started(server, thread: threading.Thread, url: str, timeout_s: float = 60.0) -> None:
     """Wait until OUR uvicorn bound its port (another process answering on it does not count)."""
     deadline = time.monotonic() + timeout_s
@@ -118,6 +129,16 @@ def run(args: argparse.Namespace) -> int:
     for noisy in ("alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
+    # Both ports are bound before anything starts or prints: one in use is one line (exit 2), never a banner whose
+    # dashboard link, operator token included, points at whatever holds the port.
+    serve_dashboard = None if args.no_dashboard else _dashboard_server()
+    api_sock = listen(args.host, args.port, "collector", "--port")
+    try:
+        dashboard_sock = (listen(args.host, args.dashboard_port, "dashboard", "--dashboard-port")
+                          if serve_dashboard is not None else None)
+    except CliError:
+        api_sock.close()
+        raise
     upgrade(settings)
     operator_token = create_token_now("operator", description="fleetprof up")
     agent_token = create_token_now("agent", node="*", description="fleetprof up local agent")
@@ -133,23 +154,20 @@ def run(args: argparse.Namespace) -> int:
         t.start()
         threads.append(t)
 
-    server_thread = threading.Thread(target=server.run, name="collector", daemon=True)
+    server_thread = threading.Thread(target=server.run, kwargs={"sockets": [api_sock]}, name="collector", daemon=True)
     server_thread.start()
     _wait_started(server, server_thread, base_url)
     if settings.embedded:
         start(_periodic, stop, settings, name="periodic")
 
-    mode = f"embedded: SQLite under {settings.data_dir}" if settings.embedded else "postgres"
-    lines = [f"fleetprof is up ({mode})",
-             f"  API:        {base_url}   (OpenAPI docs: {base_url}/docs)"]
-    if not args.no_dashboard:
-        try:
-            from dashboard.server import serve_dashboard
-        except ImportError:
-            lines.append("  dashboard:  not available in this install")
-        else:
-            start(serve_dashboard, args.host, args.dashboard_port, base_url, operator_token, stop, name="dashboard")
-            lines.append(f"  dashboard:  http://{args.host}:{args.dashboard_port}/?token={operator_token}")
+    storage = f"embedded: SQLite under {settings.data_dir}" if settings.embedded else "postgres"
+    lines = [f"fleetprof is up ({storage})", f"  API:        {base_url}   (OpenAPI docs: {base_url}/docs)"]
+    if serve_dashboard is not None:
+        start(serve_dashboard, args.host, args.dashboard_port, base_url, operator_token, stop, dashboard_sock,
+              name="dashboard")
+        lines.append(f"  dashboard:  http://{args.host}:{args.dashboard_port}/?token={operator_token}")
+    elif not args.no_dashboard:
+        lines.append("  dashboard:  not available in this install")
     if not args.no_agent:
         source = args.source or ("nvml" if _gpu_present() else f"replay:{DEMO_RECORDING}")
         kind, _, replay_file = source.partition(":")

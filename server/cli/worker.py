@@ -14,12 +14,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from server.cli.schema import require_schema
     from server.config import get_settings
     from server.worker import create_celery_app
 
     settings = get_settings()
     if not settings.broker_url:
         raise CliError("FLEETPROF_BROKER_URL is not set; `fleetprof up` runs tasks in-process without a broker")
+    require_schema(settings)
     app = create_celery_app(settings)
     argv = ["worker", "-Q", settings.queue_name, "-c", str(args.concurrency), f"--loglevel={args.loglevel}",
             "-n", f"fleetprof-%h-{settings.queue_name}"]

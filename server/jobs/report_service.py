@@ -224,6 +224,14 @@ def _load_layers(session: Session, job: Job) -> list[LayerRow]:
                      activation_bytes=None if a is None else int(a), calls=int(c or 0)) for m, t, f, b, a, c in rows]
 
 
+def _layer_step_s(session: Session, job: Job) -> float | None:
+    """Mean wall time of the steps (rank, step) the layer stats were sampled in: what the layers' shares are of."""
+    sampled = (select(LayerStat.id).where(LayerStat.job_pk == JobStep.job_pk, LayerStat.rank == JobStep.rank,
+                                          LayerStat.step == JobStep.step).exists())
+    value = session.scalar(select(func.avg(JobStep.wall_s)).where(JobStep.job_pk == job.id, sampled))
+    return None if value is None else float(value)
+
+
 def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: float,
                   incremental: bool = False) -> JobData:
     """The job's arrays; `incremental` (a running job): what this process read last time, plus what came since."""
@@ -244,7 +252,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         ended_at=to_epoch(job.ended_at), exit_code=job.exit_code, batch_size=job.batch_size,
         gpu_type_requested=job.gpu_type_requested, gpus_requested=job.gpus_requested, gpus=gpus,
         steps=_steps_running(session, job, now) if incremental else _load_steps(session, job),
-        layers=_load_layers(session, job), oom_events=int(oom),
+        layers=_load_layers(session, job), layer_step_s=_layer_step_s(session, job), oom_events=int(oom),
         processes=[p for r in process_reads for p in r.result()],
         # Uploaded traces are merged after characterization (server.analysis.trace_sections).
         trace_summaries=[],

@@ -106,3 +106,25 @@ def test_rightsize_history_every_recommendation_has_reason_evidence_saving():
     cap = next(r for r in out["recommendations"] if r["kind"] == "power_cap")
     assert cap["summary"] == "Power cap needs measuring" and cap["saving"] is None
     assert out["memory"]["observed_peak_bytes"] == 4 * GIB + 64 * 100 * MIB
+
+
+def test_upper_bound_on_a_short_history_stays_within_the_gpu():
+    """10 minutes on an 80 GB GPU widened the upper bound by 1 + 1/confidence_days = x145: ~9 TB. It is now the
+    GPU's memory at most (a run that did not run out of memory needed no more), and the confidence is said."""
+    from server.analysis.rightsizing import rightsize
+
+    capacity = 81559 * 2**20  # H100 80GB as NVML reports it
+    run = {"job_id": "short", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "memory_total_bytes": capacity,
+           "peak_used_bytes": 60 * GIB, "interval_peaks_bytes": [60 * GIB], "duration_s": 600.0, "oom": False}
+    mem = rightsize([run])["memory"]
+    assert mem["target_bytes"] == math.ceil(60 * GIB * 1.15) <= mem["upper_bound_bytes"] == capacity
+    assert mem["upper_bound_capped_at"] == "gpu_capacity"
+    assert mem["confidence"] == "low" and mem["history_s"] == 600.0
+    unknown_gpu = rightsize([{**run, "memory_total_bytes": None}])["memory"]  # the largest catalogue GPU bounds it
+    assert unknown_gpu["upper_bound_capped_at"] == "largest_catalogue_gpu"
+    assert unknown_gpu["upper_bound_bytes"] == max(m.memory_bytes for m in load_catalog())
+    month = rightsize([{**run, "duration_s": 30 * 86400.0}])["memory"]  # long history: VPA's own bound, tighter
+    assert month["confidence"] == "high" and month["upper_bound_capped_at"] is None
+    assert mem["target_bytes"] < month["upper_bound_bytes"] < capacity
+    oom = rightsize([{**run, "oom": True}])["memory"]  # after an OOM it may (must) exceed what the GPU had
+    assert oom["upper_bound_bytes"] >= oom["target_bytes"] >= capacity * 1.2

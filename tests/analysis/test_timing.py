@@ -49,3 +49,31 @@ def test_busy_fraction_is_mean_util(real_data):
     assert b["gpu_active_sample_fraction"] == pytest.approx(np.mean(u > 0))
     empty = GpuSeries("x", None, None, np.arange(3.0), {})
     assert busy_fraction([empty])["gpu_busy_fraction"] is None
+
+
+def test_layer_shares_are_of_the_step_inclusive_and_self():
+    """A nested module tree whose root spans the step: ~100 % of the step, not its share of a sum over nesting
+    levels (which showed 24.5 % for such a root); self time leaves the children out."""
+    from server.analysis.jobdata import LayerStat
+    from server.analysis.timing import layer_table
+
+    def stat(module: str, module_type: str, fwd: float, bwd: float) -> LayerStat:
+        return LayerStat(module=module, module_type=module_type, forward_s=fwd, backward_s=bwd, activation_bytes=None,
+                         calls=1)
+
+    layers = [stat("ResNet", "ResNet", 0.30, 0.66),           # the model itself, named after its type
+              stat("layer1", "Sequential", 0.15, 0.35),
+              stat("layer1.0", "BasicBlock", 0.14, 0.31),
+              stat("layer1.0.conv1", "Conv2d", 0.06, 0.14),
+              stat("fc", "Linear", 0.10, 0.20),
+              stat("CrossEntropyLoss", "CrossEntropyLoss", 0.004, 0.006)]  # called outside the model
+    rows = {r["module"]: r for r in layer_table(layers, step_s=1.0)}
+    assert rows["ResNet"]["time_fraction"] == pytest.approx(0.96)
+    assert rows["layer1.0.conv1"]["time_fraction"] == pytest.approx(0.20)
+    assert rows["ResNet"]["self_time_s"] == pytest.approx(0.96 - 0.50 - 0.30)
+    assert rows["layer1"]["self_time_fraction"] == pytest.approx(0.50 - 0.45)
+    assert rows["layer1.0"]["parent"] == "layer1" and rows["fc"]["parent"] == "ResNet"
+    assert rows["ResNet"]["parent"] is None and rows["CrossEntropyLoss"]["parent"] is None
+    assert sum(r["self_time_fraction"] for r in rows.values()) == pytest.approx(0.97)  # each second counted once
+    unknown = layer_table(layers, step_s=None)
+    assert all(r["time_fraction"] is None and r["self_time_s"] is not None for r in unknown)

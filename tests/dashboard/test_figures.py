@@ -217,3 +217,30 @@ def test_estimate_request_from_the_form() -> None:
         kwargs.update(bad)
         with pytest.raises(ValueError):
             build_request(**kwargs)  # type: ignore[arg-type]
+
+
+def test_hourly_figures_of_a_single_hour_have_hour_ticks_not_milliseconds() -> None:
+    """One hour of rollups is one column: plotly autoranged it to a sliver (sub-millisecond ticks). The axis now
+    spans that hour, with hourly ticks, and the column is one hour wide."""
+    h = 1_764_064_800.0  # 2025-11-25 10:00 UTC
+    timeline = {"hours": [h], "gpus": [{"node": "n1", "index": 0, "uuid": "a"}], "gpu_util_mean_pct": [[42.0]],
+                "energy_j": [3.6e6], "energy_gpus": [1], "energy_by_source_j": {"hardware_counter": [3.6e6]}}
+    for fig in (figures.utilization_heatmap(timeline), figures.energy_over_time(timeline)):
+        axis = fig.layout.xaxis
+        assert axis.type == "date" and axis.autorange is False
+        assert list(axis.range) == [h * 1000, (h + 3600) * 1000]
+        assert axis.dtick == 3600e3 and axis.tick0 == h * 1000
+    hm = figures.utilization_heatmap(timeline).data[0]
+    assert (hm.x0, hm.dx) == (h * 1000 + 1800e3, 3600e3)
+
+
+def test_heatmap_columns_are_hours_with_gaps_and_long_windows_keep_plotly_ticks() -> None:
+    h = 1_764_064_800.0
+    gpus = [{"node": "n1", "index": 0, "uuid": "a"}]
+    fig = figures.utilization_heatmap({"hours": [h, h + 7200], "gpus": gpus, "gpu_util_mean_pct": [[10.0, 30.0]]})
+    z = fig.data[0].z
+    assert z[0][0] == 10.0 and math.isnan(z[0][1]) and z[0][2] == 30.0  # the hour with no rollup is a gap
+    assert fig.layout.xaxis.dtick == 3600e3
+    week = [h + 3600 * k for k in range(7 * 24)]
+    fig = figures.utilization_heatmap({"hours": week, "gpus": gpus, "gpu_util_mean_pct": [[50.0] * len(week)]})
+    assert fig.layout.xaxis.dtick is None and list(fig.layout.xaxis.range) == [h * 1000, (week[-1] + 3600) * 1000]

@@ -43,6 +43,7 @@ class Rule:
 ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC),
     ("GET", "/readyz"): Rule(PUBLIC),
+    ("GET", "/healthz/broker"): Rule(PUBLIC),
     ("GET", "/metrics"): Rule(PUBLIC),
     ("POST", "/api/v1/ingest/samples"): Rule(("agent",), node_bound=True),
     ("POST", "/api/v1/ingest/events"): Rule(("agent", "team"), team_bound=True),

@@ -42,4 +42,10 @@ def test_unmodified_script_gives_steps_step_times_and_layer_table(cli_env, live_
     assert ours == pytest.approx(theirs, rel=0.10)
     modules = {row["module"] for row in t["layers"]}
     assert {"conv1", "conv2", "head"} <= modules
+    # Shares are of the sampled steps' wall time: the model (named after its type) spans most of each step (the
+    # optimizer and zero_grad are outside it), and self times count each second once.
+    rows = {row["module"]: row for row in t["layers"]}
+    assert t["layers_step_time_s"] > 0 and rows["conv1"]["parent"] == "SmallCNN"
+    assert 0.5 < rows["SmallCNN"]["time_fraction"] <= 1.05, rows["SmallCNN"]
+    assert sum(r["self_time_fraction"] for r in rows.values()) <= 1.05
     assert report["sources"].get("time.steps", "").startswith("hooks") or report["sources"].get("time.steps")
