@@ -111,8 +111,9 @@ def float_rows(session: Session, stmt, ncols: int) -> np.ndarray:
     with raw_connection(session).cursor() as cur:
         if hasattr(cur, "copy_expert"):  # psycopg2
             cur.copy_expert(copy_sql, buf)
-        else:  # psycopg 3 (used when psycopg2 is not installed, see server.urls)
-            with cur.copy(copy_sql) as copy:
+        else:  # psycopg 3 (used when psycopg2 is not installed, see server.urls); typed as psycopg2's cursor
+            pg3_cursor: Any = cur
+            with pg3_cursor.copy(copy_sql) as copy:
                 for chunk in copy:
                     buf.write(chunk)
     if buf.tell() == 0:
