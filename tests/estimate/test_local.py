@@ -51,3 +51,17 @@ def test_local_estimate_of_own_code_and_upload(cli_env, live_server, make_token,
     r = subprocess.run([*args[:-2], "--job-id", "x"], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and "--local" in r.stderr
+
+
+def test_local_estimate_loads_no_server_framework(repo_root: Path) -> None:
+    """--local is the one place agent/ imports server/: the estimator only, never FastAPI, SQLAlchemy or Celery."""
+    code = ("import json, sys\n"
+            "from agent.cli.estimate import estimate_locally\n"
+            "est = estimate_locally({'model': {'factory': 'server.estimate.zoo:resnet_small'}, 'inputs': "
+            "[{'shape': [3, 32, 32]}], 'batch_size': 2, 'gpu_types': ['T4'], 'search_max_batch': False}, 60)\n"
+            "print(json.dumps([est['parameter_count'], sorted(sys.modules)]))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    params, loaded = json.loads(r.stdout.splitlines()[-1])
+    assert params > 0
+    assert not [m for m in loaded if m.split(".")[0] in ("fastapi", "sqlalchemy", "celery", "dash", "psycopg2")]
