@@ -32,7 +32,7 @@ _slots = threading.BoundedSemaphore(2)
 async def estimate(request: EstimateRequest, _: SchedulerAuth, settings: SettingsDep, session: SessionDep,
                    timeout_s: float = Query(60.0, ge=5, le=600, description="time limit for this estimate")
                    ) -> dict[str, Any]:
-    registered = await run_in_threadpool(registered_factories, session)
+    registered = await run_in_threadpool(registered_factories, session) if request.model.factory else frozenset()
     if not _slots.acquire(blocking=False):
         raise Overloaded("estimator busy (2 estimates running); retry shortly", retry_after_s=10)
     timeout_s = min(timeout_s, settings.estimate_timeout_s)

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from server.estimate.allowlist import check_allowed
 from server.estimate.errors import (
     ERROR_KINDS,
     AbsurdRequestError,
@@ -56,8 +57,6 @@ def run_estimate(request: EstimateRequest | dict[str, Any], timeout_s: float = 6
         except ValidationError as exc:
             raise EstimateError(f"invalid estimate request: {exc}") from exc
     if request.model.factory is not None:
-        from server.estimate.allowlist import check_allowed
-
         check_allowed(request.model.factory, registered)  # refused here: no process is started for it
     limits = limits or SandboxLimits(cpu_s=max(1, math.ceil(timeout_s)))
     payload = json.dumps({"request": request.model_dump(mode="json"), "registered": sorted(registered),

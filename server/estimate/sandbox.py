@@ -10,8 +10,8 @@ Child side, `lock_down`, before any model code is imported:
 - Landlock: writes only beneath the scratch directory, no program executed, no TCP connection or listening port,
   no signal to a process outside the sandbox (server.estimate.landlock);
 - an audit hook refusing what Python code could still ask for: processes (fork, exec, spawn, subprocess,
-  os.system), sockets, ctypes calls, raising the limits again, and writes outside the scratch directory (the
-  fallback where the kernel has no Landlock).
+  os.system), sockets, ctypes calls and libraries loaded from the scratch directory, raising the limits again,
+  and writes outside the scratch directory (the fallback where the kernel has no Landlock).
 Trusted imports (torch, the estimator, transformers for a Hugging Face request) happen before the lock-down,
 under the CPU and memory limits only.
 """
@@ -76,14 +76,16 @@ def set_limits(limits: SandboxLimits) -> None:
 _REFUSED_EVENTS = frozenset({
     "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile", "subprocess.Popen",
     "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "socket.__new__", "socket.connect", "socket.bind",
-    "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function", "ctypes.cdata", "resource.setrlimit",
-    "resource.prlimit", "sys.remote_exec",
+    "ctypes.dlsym", "ctypes.call_function", "ctypes.cdata", "resource.setrlimit", "resource.prlimit",
+    "sys.remote_exec",
 })
-# events whose first argument is a path written to (open is checked by its mode)
-_WRITE_EVENTS = frozenset({
-    "os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.symlink", "os.link", "os.truncate", "os.chmod",
-    "os.chown", "os.utime", "os.mkfifo", "os.mknod", "shutil.rmtree", "shutil.move", "shutil.copyfile",
-})
+# events that change the file system -> the positions of the paths they change (open is checked by its mode)
+_WRITE_EVENTS: dict[str, tuple[int, ...]] = {
+    **dict.fromkeys(("os.remove", "os.rmdir", "os.mkdir", "os.truncate", "os.chmod", "os.chown", "os.utime",
+                     "os.mkfifo", "os.mknod", "shutil.rmtree"), (0,)),
+    **dict.fromkeys(("os.rename", "shutil.move"), (0, 1)),
+    **dict.fromkeys(("os.symlink", "os.link", "shutil.copyfile", "shutil.copytree"), (1,)),
+}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -105,13 +107,18 @@ class _Guard:
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _REFUSED_EVENTS:
             raise PermissionError(f"estimate sandbox: {event} is not allowed")
+        # Loading an installed library is allowed (torch.distributed's import opens libc; calling into it through
+        # ctypes is not): a path inside the scratch directory is the one place new native code could come from.
+        if event == "ctypes.dlopen" and args and isinstance(args[0], str) and "/" in args[0] and self._inside(args[0]):
+            raise PermissionError("estimate sandbox: loading a library from the scratch directory is not allowed")
         if event == "open" and len(args) >= 3:
             path, mode, flags = args[0], args[1], args[2]
             writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS)
             if writes and path is not None and not self._inside(path):
                 raise PermissionError(f"estimate sandbox: writing {path!r} is not allowed (only the scratch directory)")
-        elif event in _WRITE_EVENTS and not all(self._inside(a) for a in args[:2] if isinstance(a, (str, bytes))):
+        elif event in _WRITE_EVENTS and not all(
+                self._inside(args[i]) for i in _WRITE_EVENTS[event] if i < len(args) and args[i] is not None):
             raise PermissionError(f"estimate sandbox: {event} outside the scratch directory is not allowed")
 
 

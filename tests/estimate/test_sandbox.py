@@ -56,6 +56,20 @@ def test_starts_no_process(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libc.so.6").exists(), reason="probe copies glibc's x86_64 path")
+def test_loads_no_library_of_its_own() -> None:
+    """Installed libraries load (torch.distributed opens libc at import); one written to scratch does not."""
+    assert "installed=loaded own=refused" in _probe("dlopen")
+
+
+def test_hugging_face_model_builds_in_the_sandbox() -> None:
+    """transformers' model code under the lock-down (its lazy imports load torch.distributed, which opens libc)."""
+    gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 512}
+    result = run_estimate({"model": {"hf_config": gpt2}, "seq_len": 32, "batch_size": 2, "gpu_types": ["T4"],
+                           "search_max_batch": False}, timeout_s=240, limits=LIMITS)
+    assert result["model_name"] == "hf:gpt2/causal_lm" and result["gpus"][0]["fits"]
+
+
 def test_opens_no_tcp_connection(pg_url: str) -> None:
     """Not even to the database the server uses (a trust-auth Postgres on 127.0.0.1 here)."""
     assert "tcp=refused" in _probe("tcp", port=5432)
