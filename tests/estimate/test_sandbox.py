@@ -137,3 +137,29 @@ def test_landlock_alone(tmp_path: Path, pg_url: str) -> None:
     assert found["exec"] == "PermissionError"
     if landlock.abi_version() >= 4:
         assert found["tcp"] == "PermissionError"
+
+
+def test_audit_hook_alone_refuses_writes_outside(tmp_path: Path) -> None:
+    """Where the kernel has no Landlock, the audit hook is what refuses writes outside the scratch directory."""
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    scratch.mkdir()
+    code = textwrap.dedent(f"""
+        import json, os, shutil, sys
+        from server.estimate.sandbox import _Guard
+        sys.addaudithook(_Guard({str(scratch)!r}))
+        def attempt(fn):
+            try:
+                fn()
+                return "done"
+            except OSError as exc:
+                return type(exc).__name__
+        inside, outside = {str(scratch / "f")!r}, {str(outside)!r}
+        print(json.dumps([attempt(lambda: open(inside, "w").close()), attempt(lambda: open(outside, "w").close()),
+                          attempt(lambda: os.close(os.open(outside, os.O_WRONLY | os.O_CREAT))),
+                          attempt(lambda: os.mkdir(outside)), attempt(lambda: shutil.copyfile(inside, outside)),
+                          attempt(lambda: os.rename(inside, outside)), attempt(lambda: open(inside).close())]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["done", *["PermissionError"] * 5, "done"]
+    assert not outside.exists()
