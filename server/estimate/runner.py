@@ -35,7 +35,7 @@ from server.estimate.errors import (
     EstimateTimeoutError,
 )
 from server.estimate.sandbox import SandboxLimits, child_environment, import_path, lock_down, set_limits
-from server.estimate.schemas import EstimateRequest
+from server.estimate.schemas import EstimateRequest, EstimateResponse
 
 logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -72,13 +72,15 @@ def run_estimate(request: EstimateRequest | dict[str, Any], timeout_s: float = 6
         reply = None
     if not isinstance(reply, dict):
         logger.warning("estimate worker exited %s without a reply; stderr tail: %s", returncode, err[-2000:])
-        if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        if returncode == -signal.SIGXCPU:  # RLIMIT_CPU's soft limit (SIGKILL follows one second later)
             raise EstimateTimeoutError(f"the estimate used up its CPU time limit ({limits.cpu_s} s) and was stopped")
         raise EstimateCrashError(f"the estimate worker exited with status {returncode} without an answer "
                                  f"(limits: {limits.describe()})")
     if reply.get("ok"):
-        result: dict[str, Any] = reply["result"]
-        return result
+        try:  # model code shares the worker's stdout: a reply it forged must not become the API's 500
+            return EstimateResponse.model_validate(reply.get("result")).model_dump(mode="json")
+        except ValidationError:
+            raise EstimateCrashError("the estimate worker's answer was not an estimate") from None
     raise ERROR_KINDS.get(reply.get("kind", ""), EstimateError)(reply.get("message", "estimate failed"))
 
 
