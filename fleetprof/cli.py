@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("server.cli.worker", "run a Celery worker (and beat with --beat)"),
     "db": ("server.cli.db", "database maintenance: `db upgrade`"),
     "token": ("server.cli.token", "API tokens: `token create --scope ...`"),
+    "models": ("server.cli.models", "model factories estimates may import: `models add module:function` (operator)"),
     "dashboard": ("dashboard.cli", "run the Dash dashboard"),
     "agent": ("agent.cli.agent", "run the node agent (NVML sampler, spool, shipper)"),
     "run": ("agent.cli.run", "run a training command as a profiled job"),

@@ -46,6 +46,8 @@ class ServerSettings(BaseSettings):
     job_unseen_timeout_s: float = 900.0
     raw_retention_days: int = 30                     # raw samples older than this are dropped (rollups kept)
     estimate_timeout_s: float = 120.0                # hard ceiling for one pre-training estimate
+    estimate_cpu_s: float = 120.0                    # the estimate sandbox's CPU time limit (RLIMIT_CPU)
+    estimate_memory_bytes: int = 8 * 1024**3         # the estimate sandbox's address space (RLIMIT_AS)
     grid_intensity_g_per_kwh: float = 400.0  # grid carbon intensity for CO2e (g per facility kWh)
     pue: float = 1.2  # power usage effectiveness: facility kWh = GPU kWh x PUE
     price_per_kwh_usd: float = 0.12  # electricity price for a report's cost (per facility kWh)

@@ -2,14 +2,21 @@
 fits, the largest batch that fits each, and time/energy per step.
 
     fleetprof estimate --hf-config gpt2 --seq-len 1024 --batch-size 8 --precision amp_bf16
-    fleetprof estimate --factory mypkg.models:resnet50 --input 3,224,224 --batch-size 64 --optimizer sgd_momentum
+    fleetprof estimate --factory server.estimate.zoo:resnet50 --input 3,224,224 --batch-size 64
+
+The server imports only the built-in zoo and factories an operator registered (`fleetprof models add`). A team's
+own model code is estimated with `--local`: the same estimator in this process, on this machine (PyTorch needed:
+the `estimate` extra), importing the factory from the current directory or PYTHONPATH; nothing is sent unless
+`--job-id` asks to store the result with that job (POST /api/v1/jobs, `metadata.estimate`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from typing import Any
 
 from agent.cli.common import add_server_arguments, client_transport
@@ -37,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", action="append", dest="gpus", metavar="TYPE", help="GPU type(s) from the catalogue")
     parser.add_argument("--no-search", action="store_true", help="skip the largest-batch search")
     parser.add_argument("--timeout", type=float, default=120.0, help="server-side time limit (s)")
+    parser.add_argument("--local", action="store_true",
+                        help="estimate here, in this process (your own code: any importable factory); needs PyTorch")
+    parser.add_argument("--job-id", help="with --local: store the result with this job (its metadata.estimate)")
+    parser.add_argument("--team", help="with --job-id: the job's team (a team token implies its own)")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     add_server_arguments(parser)
 
@@ -97,12 +108,59 @@ def format_table(est: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    req = build_request(args)
+def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed."""
+    try:
+        # heavy and optional (torch): only for --local; the estimator imports neither FastAPI nor SQLAlchemy
+        from server.estimate.errors import EstimateError
+        from server.estimate.schemas import EstimateRequest
+        from server.estimate.service import estimate
+    except ImportError as exc:
+        raise CliError(f"--local needs PyTorch and the estimator (pip install 'fleetprof[estimate]'): {exc}") from None
+    from pydantic import ValidationError
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's modules beside them
+    try:
+        request = EstimateRequest.model_validate(req)
+        factory = request.model.factory
+        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else ())
+    except ValidationError as exc:
+        raise CliError(f"invalid estimate request: {exc}") from None
+    except EstimateError as exc:
+        raise CliError(f"{exc.kind}: {exc}") from None
+    return result.model_dump(mode="json")
+
+
+def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The POST /api/v1/jobs body that stores a local estimate with its job: metadata.estimate."""
+    body: dict[str, Any] = {"job_id": args.job_id, "metadata": {"estimate": {
+        **est, "source": "fleetprof estimate --local", "estimated_at": time.time()}}}
+    if args.team:
+        body["team"] = args.team
+    return body
+
+
+def _send(args: argparse.Namespace, method: str, path: str, body: dict[str, Any], **params: Any) -> Any:
     with client_transport(args.server, args.token, timeout_s=args.timeout + 30) as t:
         try:
-            est = t.request("POST", "/api/v1/estimate", json_body=req, params={"timeout_s": args.timeout}).body
+            # uncompressed: only the ingest routes read gzip bodies (an estimate with its GPUs is ~10 KB)
+            return t.request(method, path, json_body=body, params=params or None, compress=False).body
         except TransportError as exc:
             raise CliError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    req = build_request(args)
+    if (args.job_id or args.team) and not args.local:
+        raise CliError("--job-id and --team store a --local estimate; the server's estimates are not stored")
+    if not args.local:
+        est = _send(args, "POST", "/api/v1/estimate", req, timeout_s=args.timeout)
+    else:
+        est = estimate_locally(req, args.timeout)
+        if args.job_id:
+            _send(args, "POST", "/api/v1/jobs", upload_body(est, args))
     sys.stdout.write(json.dumps(est, indent=2) + "\n" if args.format == "json" else format_table(est))
+    if args.local and args.job_id:
+        sys.stderr.write(f"stored with job {args.job_id} (GET /api/v1/jobs/{args.job_id}: metadata.estimate)\n")
     return 0

@@ -23,7 +23,7 @@ def layout(**_: Any) -> html.Div:
         html.Div([
             field("model source", dcc.RadioItems(id="est-source", value="hf", inline=True, options=[
                 {"label": " Hugging Face model type / config", "value": "hf"},
-                {"label": " importable factory (module:function)", "value": "factory"}])),
+                {"label": " registered or zoo factory (module:function)", "value": "factory"}])),
             field("model", dcc.Input(id="est-model", type="text", value="gpt2", className="text-input")),
             field("input shape (factory models, without batch; e.g. 3,224,224)",
                   dcc.Input(id="est-shape", type="text", value="", className="text-input")),

@@ -8,15 +8,13 @@ expires)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from fleetprof.errors import CliError
+from server.cli.session import in_session
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
-
-T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,33 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     revoke.add_argument("--token", help="the token itself (read from the environment is safer: FLEETPROF_TOKEN)")
 
 
-def _in_session(work: Callable[[Session], T]) -> T:
-    """`work(session)` in one transaction on the configured database (the embedded one migrated first)."""
-    from server.cli.schema import require_schema
-    from server.config import get_settings
-    from server.db import make_engine, make_sessionmaker, session_scope
-    from server.errors import DomainError
-    from server.migrate import upgrade
-
-    settings = get_settings()
-    if settings.embedded:
-        upgrade(settings)
-    require_schema(settings)
-    engine = make_engine(settings)
-    try:
-        with session_scope(make_sessionmaker(engine)) as session:
-            return work(session)
-    except DomainError as exc:
-        raise CliError(exc.message) from None
-    finally:
-        engine.dispose()
-
-
 def create_token_now(scope: str, team: str | None = None, node: str | None = None,
                      description: str | None = None) -> str:
     from server.auth.service import create_token
 
-    return _in_session(lambda s: create_token(s, scope=scope, team=team, node=node, description=description))
+    return in_session(lambda s: create_token(s, scope=scope, team=team, node=node, description=description))
 
 
 def _list(include_revoked: bool) -> int:
@@ -75,7 +51,7 @@ def _list(include_revoked: bool) -> int:
                 for t in list_tokens(session, include_revoked=include_revoked)]
 
     header = ["id", "prefix", "scope", "team", "node", "description", "created", "revoked"]
-    print("\n".join(aligned(header, _in_session(rows))))
+    print("\n".join(aligned(header, in_session(rows))))
     return 0
 
 
@@ -86,7 +62,7 @@ def _revoke(token_id: int | None, token: str | None) -> int:
         row, now = revoke_token(session, token_id=token_id, token=token)
         return row.id, row.prefix, now
 
-    tid, prefix, now = _in_session(work)
+    tid, prefix, now = in_session(work)
     print(f"token {tid} ({prefix}...) " + ("revoked" if now else "was already revoked"))
     return 0
 

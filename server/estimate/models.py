@@ -1,19 +1,21 @@
 """Resolve the model of a request and build its inputs, on any device (meta for tracing, cpu to measure).
 
-Two sources: an importable factory `package.module:function` called with kwargs, or a Hugging Face
-`transformers` config (a model_type such as "gpt2", or a dict with "model_type" and overrides). Only the
-config is built: no weights, no hub access (`from_pretrained` is never called).
+Two sources: a factory `package.module:function` called with kwargs, imported only when the zoo has it or an
+operator registered it (server.estimate.allowlist), or a Hugging Face `transformers` config (a model_type such as
+"gpt2", or a dict with "model_type" and overrides). Only the config is built: no weights, no hub access
+(`from_pretrained` is never called), no remote code (`auto_map` refused, `trust_remote_code=False`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from server.estimate.allowlist import check_allowed
 from server.estimate.errors import ModelBuildError, UnknownModelError
 from server.estimate.schemas import InputSpec, ModelSpec
 from server.estimate.step import Batch
@@ -32,14 +34,18 @@ class ResolvedModel:
     hf: bool
 
 
-def resolve(spec: ModelSpec, inputs: list[InputSpec], seq_len: int | None, target: str) -> ResolvedModel:
+def resolve(spec: ModelSpec, inputs: list[InputSpec], seq_len: int | None, target: str, *,
+            registered: Collection[str] = ()) -> ResolvedModel:
+    """The model of a request. `registered`: the factories an operator registered (the zoo is always allowed)."""
     if spec.factory is not None:
-        return _resolve_factory(spec, inputs, target)
+        return _resolve_factory(spec, inputs, target, registered)
     return _resolve_hf(spec, seq_len)
 
 
-def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str) -> ResolvedModel:
+def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str, registered: Collection[str]
+                     ) -> ResolvedModel:
     assert spec.factory is not None
+    check_allowed(spec.factory, registered)  # before any import: the request names no code of its own
     module_name, sep, attr = spec.factory.partition(":")
     if not sep or not module_name or not attr:
         raise UnknownModelError(f"factory {spec.factory!r} is not of the form 'package.module:function'")
@@ -61,6 +67,8 @@ def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str) -> R
         try:
             with device:
                 model = factory(**spec.kwargs)
+        except MemoryError:
+            raise  # the sandbox's address-space limit: reported as such by the runner
         except Exception as exc:
             raise ModelBuildError(f"factory {spec.factory!r} raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(model, torch.nn.Module):
@@ -97,6 +105,8 @@ def _make_tensor(shape: list[int], dtype: str, low: int, high: int, device: torc
 # --- Hugging Face ---------------------------------------------------------------------------------------
 
 _TASK_ORDER = ("seq2seq_lm", "image_classification", "masked_lm", "causal_lm")
+# config keys that would make transformers load code from the hub or a local path
+_REMOTE_CODE_KEYS = frozenset({"auto_map", "trust_remote_code", "custom_pipelines"})
 
 
 def _hf_config(spec: ModelSpec) -> Any:
@@ -113,6 +123,8 @@ def _hf_config(spec: ModelSpec) -> Any:
         model_type = overrides.pop("model_type", None)
         if not isinstance(model_type, str):
             raise UnknownModelError("hf_config dict needs a 'model_type' (e.g. 'gpt2', 'bert', 't5', 'vit')")
+        if refused := sorted(_REMOTE_CODE_KEYS & overrides.keys()):
+            raise UnknownModelError(f"hf_config may not name code to load ({', '.join(refused)}): configs are data")
     try:
         return transformers.AutoConfig.for_model(model_type, **overrides)
     except ValueError as exc:
@@ -166,7 +178,8 @@ def _resolve_hf(spec: ModelSpec, seq_len: int | None) -> ResolvedModel:
     def build(device: torch.device) -> torch.nn.Module:
         try:
             with device:
-                model = auto_class.from_config(config, attn_implementation=spec.attn_implementation)
+                model = auto_class.from_config(config, attn_implementation=spec.attn_implementation,
+                                               trust_remote_code=False)
         except Exception as exc:
             message = f"building {config.model_type!r} ({task}) raised {type(exc).__name__}: {exc}"
             raise ModelBuildError(message) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
@@ -203,11 +204,13 @@ ASSUMPTIONS = [
 ]
 
 
-def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0) -> EstimateResponse:
+def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
+             registered: Collection[str] = ()) -> EstimateResponse:
+    """`registered`: the factories an operator registered, besides the zoo (server.estimate.allowlist)."""
     started = time.monotonic()
     _check_absurd(request)
     gpus = _gpus(request.gpu_types)
-    resolved = resolve(request.model, request.inputs, request.seq_len, request.target)
+    resolved = resolve(request.model, request.inputs, request.seq_len, request.target, registered=registered)
     settings = StepSettings(
         optimizer=request.optimizer, optimizer_impl=request.optimizer_impl, precision=request.precision,
         grad_accumulation=request.grad_accumulation, activation_checkpointing=request.activation_checkpointing,

@@ -12,13 +12,14 @@ from server.models.job_gpu import JobGpu
 from server.models.node import Node
 from server.models.plot_view import PlotView
 from server.models.process_sample import ProcessSample
+from server.models.registered_model import RegisteredModel
 from server.models.report import Report
 from server.models.rollup import GpuHourly, RollupBacklog
 from server.models.trace import Trace
 
 __all__ = [
     "SCOPES", "ApiToken", "Base", "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
-    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "Report", "GpuHourly",
-    "GpuJobHourly", "RollupBacklog",
+    "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "RegisteredModel", "Report",
+    "GpuHourly", "GpuJobHourly", "RollupBacklog",
     "Trace",
 ]

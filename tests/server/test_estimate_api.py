@@ -10,13 +10,29 @@ import pytest
 
 from tests.server.helpers import auth
 
+FACTORIES = ("tests.estimate.factories:mlp", "tests.estimate.factories:raising")
+
+
+@pytest.fixture
+def registered(server_settings):
+    """The test factories registered, as `fleetprof models add` does (tests/security/test_estimate_sandbox.py
+    runs that command itself)."""
+    from server.db import make_engine, make_sessionmaker, session_scope
+    from server.estimate.registry import add_model
+
+    engine = make_engine(server_settings)
+    with session_scope(make_sessionmaker(engine)) as session:
+        for factory in FACTORIES:
+            add_model(session, factory=factory)
+    engine.dispose()
+
 MLP = {"model": {"factory": "tests.estimate.factories:mlp", "kwargs": {"width": 256, "depth": 3}},
        "inputs": [{"shape": [256]}], "batch_size": 32, "optimizer": "adam", "gpu_types": ["T4", "H100-80GB"],
        "search_max_batch": False}
 
 
 @pytest.mark.slow
-def test_estimate_api_and_bad_requests(api, make_token):
+def test_estimate_api_and_bad_requests(api, make_token, registered):
     sched = make_token("scheduler")
     r = api.post("/api/v1/estimate", json=MLP, headers=auth(sched))
     assert r.status_code == 200, r.text
@@ -43,7 +59,7 @@ def test_estimate_api_and_bad_requests(api, make_token):
 
 
 @pytest.mark.slow
-def test_estimate_cli(cli_env, live_server, make_token):
+def test_estimate_cli(cli_env, live_server, make_token, registered):
     env = {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": make_token("team", team="t")}
     r = subprocess.run([sys.executable, "-m", "fleetprof.cli", "estimate", "--factory", "tests.estimate.factories:mlp",
                         "--input", "64", "--batch-size", "16", "--gpu", "T4", "--no-search"],
