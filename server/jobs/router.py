@@ -43,7 +43,21 @@ def _unit(metric: str) -> str | None:
     return None
 
 
-@router.post("", response_model=JobRead | JobAck, responses={401: {}, 403: {}, 404: {}, 422: {}},
+def _job_link(path: str, method: str = "get") -> dict[str, Any]:
+    """An OpenAPI link from a registration's answer to an operation on that job (clients and the stateful fuzzer
+    follow them: register -> upload -> read)."""
+    pointer = path.replace("~", "~0").replace("/", "~1").replace("{", "%7B").replace("}", "%7D")
+    return {"operationRef": f"#/paths/{pointer}/{method}", "parameters": {"job_id": "$response.body#/job_id"}}
+
+
+JOB_LINKS = {name: _job_link(f"/api/v1/jobs/{{job_id}}{suffix}", method) for name, suffix, method in (
+    ("GetJob", "", "get"), ("GetReport", "/report", "get"), ("GetTimeseries", "/timeseries", "get"),
+    ("GetTimeseriesBatch", "/timeseries/batch", "get"), ("GetSteps", "/steps", "get"),
+    ("GetRightsizing", "/rightsizing", "get"), ("UploadTrace", "/traces", "post"))}
+
+
+@router.post("", response_model=JobRead | JobAck,
+             responses={200: {"links": JOB_LINKS}, 401: {}, 403: {}, 404: {}, 422: {}},
              summary="Register a job, or update a registered one (agent tokens get an acknowledgement only)")
 def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
                  dispatcher: DispatcherDep) -> JobRead | JobAck:
