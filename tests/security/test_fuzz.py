@@ -3,6 +3,7 @@
 Every operation gets FUZZ_EXAMPLES schema-valid and as many schema-invalid requests (hypothesis-generated,
 database off so each run is fresh); operations with a {job_id} are also aimed at a job that exists, so the
 fuzzing reaches past the 404. The failures are gathered over all operations, then reported together.
+The stateful test follows the document's links instead: register a job, ingest for it, upload a trace, read it back.
 """
 
 from __future__ import annotations
