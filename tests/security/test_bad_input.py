@@ -120,6 +120,9 @@ def test_deeply_nested_json_is_422_like_any_malformed_body(api, make_token):
     assert r.status_code == 422 and "JSON" in r.text
     r = api.post("/api/v1/jobs", content=b'{"job_id": ', headers={**auth(team), "Content-Type": "application/json"})
     assert r.status_code == 422
+    json_type = {**auth(team), "Content-Type": "application/json"}
+    r = api.post("/api/v1/jobs", content=b'{"job_id": "j\xff"}', headers=json_type)
+    assert r.status_code == 422 and "UTF-8" in r.text  # bytes that are not UTF-8: FastAPI's 400 too
 
 
 def test_job_metadata_is_capped(api, make_token):
