@@ -59,6 +59,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_toke
     headers = {"Authorization": f"Bearer {operator}"}
     session = requests.Session()
     tried: dict[str, int] = {}
+    spent_s: dict[str, float] = {}  # time to answer, per operation: where the suite's minutes go
     server_errors: list[str] = []
     for result in schema.get_all_operations():
         op = result.ok()
@@ -83,6 +84,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_toke
                     server_errors.append(f"{label}: connection error {exc} for {case.as_curl_command()}")
                     return
                 tried[label] += 1
+                spent_s[label] = spent_s.get(label, 0.0) + float(response.elapsed)  # seconds
                 if response.status_code >= 500:
                     server_errors.append(f"{label} -> {response.status_code}: {response.text[:300]}\n  "
                                          f"{case.as_curl_command()}")
@@ -94,7 +96,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_toke
     total = sum(tried.values())
     print(f"schemathesis: {total} requests over {len(tried)} operations, {len(server_errors)} 5xx")
     for label, n in sorted(tried.items()):
-        print(f"  {n:5d}  {label}")
+        print(f"  {n:5d}  {spent_s.get(label, 0.0):6.1f} s  {label}")
     assert len(tried) >= 14 and total >= len(tried) * FUZZ_EXAMPLES
     assert server_errors == [], "\n".join(server_errors[:30])
 
