@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
 
 from fleetprof import jobid
 
@@ -24,10 +24,13 @@ SampleSource = Literal["nvml", "replay", "test"]  # where a sample batch comes f
 MIN_EPOCH_S = 946_684_800.0
 MAX_EPOCH_S = 4_102_444_800.0
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-NonNegInt = Annotated[int, Field(ge=0)]
-Timestamp = Annotated[float, Field(ge=MIN_EPOCH_S, le=MAX_EPOCH_S, allow_inf_nan=False)]
+# Numbers are strict: JSON numbers only, never "300" or true (lax pydantic read both as 300 and 1; bool is an int
+# in Python). A float field takes an integer (many encoders write 100.0 as 100); an integer field takes no 3.0.
+FiniteFloat = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+Pct = Annotated[float, Strict(), Field(ge=0, le=100, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Strict(), Field(ge=0)]
+Timestamp = Annotated[float, Strict(), Field(ge=MIN_EPOCH_S, le=MAX_EPOCH_S, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 # The one job-id grammar (fleetprof/jobid.py says what it allows and why). Checked by its own function, whose
 # message says what is wrong (a failed `pattern` would answer with the whole regex); the schema shows the pattern.
@@ -96,17 +99,17 @@ OptNonNegFloat = NonNegFloat | None
 class SampleColumns(_Strict):
     ts: list[Timestamp]
     gpu_uuid: list[Name]
-    healthy: list[bool] | None = None
+    healthy: list[StrictBool] | None = None
     memory_used_bytes: list[OptNonNegInt] | None = None
     memory_used_max_bytes: list[OptNonNegInt] | None = None
     memory_total_bytes: list[OptNonNegInt] | None = None
     memory_reserved_bytes: list[OptNonNegInt] | None = None
-    gpu_util_pct: list[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None] | None = None
-    mem_util_pct: list[Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None] | None = None
+    gpu_util_pct: list[Pct | None] | None = None
+    mem_util_pct: list[Pct | None] | None = None
     power_w: list[OptNonNegFloat] | None = None
     power_max_w: list[OptNonNegFloat] | None = None
     energy_counter_j: list[OptNonNegFloat] | None = None
-    temperature_c: list[Annotated[float, Field(allow_inf_nan=False)] | None] | None = None
+    temperature_c: list[FiniteFloat | None] | None = None
     sm_clock_mhz: list[OptNonNegFloat] | None = None
     mem_clock_mhz: list[OptNonNegFloat] | None = None
     throttle_reasons: list[OptNonNegInt] | None = None
@@ -192,7 +195,7 @@ class JobStartEvent(_EventBase):
 
 class JobEndEvent(_EventBase):
     kind: Literal["job_end"]
-    exit_code: int | None = None
+    exit_code: StrictInt | None = None
     state: Literal["finished", "failed", "killed", "oom"] | None = None
     reason: str | None = Field(default=None, max_length=2000)
 

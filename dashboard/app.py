@@ -1,8 +1,9 @@
 """The Dash application factory: multi-page, data only through the REST API.
 
-The browser holds the token (sessionStorage, `dcc.Store(id="auth")`); every callback builds its API client from
-it, so the dashboard process keeps no per-user state. `/?token=...` signs in and then drops the token from the
-address bar.
+The browser holds the token in an HttpOnly session cookie (dashboard/session.py); every callback builds its API
+client from the cookie of its request, so the dashboard process keeps no per-user state. `/?token=...` is exchanged
+for that cookie before any page is served, and redirected to the address without it. The `auth` store (session
+storage, readable by page scripts) holds only the token's scope and a fingerprint of it, never the token.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 
     from dashboard.client import ApiClient, ApiError
     from dashboard.components import APP_CONFIG_KEY
+    from dashboard.session import clear_session, fingerprint, install_token_exchange, request_token
 
     app = dash.Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
                     # None keeps the tab title while callbacks run: Dash's docstring allows it, its annotation says str
@@ -41,6 +43,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
                                          "refresh_s": refresh_s}
     _ensure_dash_context()
     _install_security_headers(app.server)
+    install_token_exchange(app.server)
     for name in PAGE_MODULES:  # pages: once per process (a global registry); callbacks: once per app
         module = importlib.import_module(f"dashboard.pages.{name}")
         if module.__name__ not in dash.page_registry:
@@ -60,26 +63,33 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
         html.Main(dash.page_container, className="content"),
     ])
 
-    @app.callback(Output("auth", "data"), Output("url", "search"), Input("url", "search"),
-                  State("auth", "data"))
-    def _sign_in_from_url(search: str | None, auth: dict[str, Any] | None):
-        from urllib.parse import parse_qs
-
-        supplied = parse_qs((search or "").lstrip("?")).get("token", [None])[0]
+    @app.callback(Output("auth", "data"), Input("url", "pathname"), State("auth", "data"))
+    def _session_from_cookie(_path: str | None, auth: dict[str, Any] | None):
+        """The store follows the session cookie: its scope once per token (for the navigation), nothing without."""
+        supplied = request_token()
         if not supplied:
+            if auth:
+                return None
+            raise PreventUpdate
+        session = fingerprint(supplied)
+        if auth and auth.get("session") == session:
             raise PreventUpdate
         try:
             with ApiClient(api_url, supplied, timeout_s=timeout_s) as c:
                 scope = c.scope()
-        except ApiError:
-            return None, ""  # a refused token signs out rather than keeping a stale session
-        return {"token": supplied, "scope": scope}, ""
+        except ApiError as exc:
+            if exc.status != 401:
+                return {"session": session, "scope": None}  # unreachable now: a reader until it answers
+            clear_session(dash.callback_context.response)  # a refused token signs out, no stale session
+            return None
+        return {"session": session, "scope": scope}
 
     @app.callback(Output("auth", "data", allow_duplicate=True), Output("url", "pathname", allow_duplicate=True),
                   Input("signout", "n_clicks"), prevent_initial_call=True)
     def _sign_out(n: int):
         if not n:
             raise PreventUpdate
+        clear_session(dash.callback_context.response)
         return None, "/signin"
 
     @app.callback(Output("nav", "children"), Output("whoami", "children"), Output("signout", "style"),
@@ -87,7 +97,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     def _nav(auth: dict[str, Any] | None):
         from dashboard.components import is_operator
 
-        signed_in = bool((auth or {}).get("token")) or bool(token)
+        signed_in = bool((auth or {}).get("session")) or bool(token)
         operator = is_operator(auth)
         links = [("Fleet", "/"), ("Nodes", "/nodes")] if operator else []
         links += [("Jobs", "/jobs"), ("Estimator", "/estimate")]
@@ -96,7 +106,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
             return [dcc.Link("Sign in", href="/signin", className="nav-link", id="nav-signin")], "not signed in", \
                 {"display": "none"}
         who = "operator" if operator else "team / scheduler token"
-        if not (auth or {}).get("token"):
+        if not (auth or {}).get("session"):
             who += " (dashboard default)"
         return nav, f"signed in: {who}", {}
 

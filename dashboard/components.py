@@ -13,17 +13,19 @@ from dash import dcc, html
 
 from dashboard import format as fmt
 from dashboard.client import ApiClient, ApiError
+from dashboard.session import request_token
 from fleetprof.jobid import path_segment
 
 APP_CONFIG_KEY = "FLEETPROF_DASHBOARD"
 
 
 def client_for(auth: dict[str, Any] | None) -> ApiClient:
-    """The API client for this browser session's token (or the dashboard's default token, if it has one)."""
+    """The API client for this request's session cookie (or the dashboard's default token, if it has one).
+    `auth` (the browser's store) carries no token: callbacks take it as an input to re-run on sign-in."""
     from flask import current_app
 
     cfg = current_app.config[APP_CONFIG_KEY]
-    token = (auth or {}).get("token") or cfg["default_token"]
+    token = request_token() or cfg["default_token"]
     if not token:
         raise ApiError(401, "not signed in")
     return ApiClient(cfg["api_url"], token, timeout_s=cfg["timeout_s"])
@@ -32,8 +34,8 @@ def client_for(auth: dict[str, Any] | None) -> ApiClient:
 def is_operator(auth: dict[str, Any] | None) -> bool:
     from flask import current_app
 
-    if auth and auth.get("token"):
-        return auth.get("scope") == "operator"
+    if request_token():
+        return (auth or {}).get("scope") == "operator"
     return current_app.config[APP_CONFIG_KEY]["default_scope"] == "operator"
 
 

@@ -29,14 +29,17 @@ def serve_dashboard(host: str, port: int, api_url: str, token: str | None, stop:
 
     from dashboard.app import create_dash_app
     from dashboard.config import DashboardSettings
+    from dashboard.session import RedactingRequestHandler
 
     sock = sock or listen(host, port, "dashboard", "--port")
     settings = DashboardSettings()
     default_token = token if _is_loopback(host) else None
     app = create_dash_app(api_url, default_token, refresh_s=settings.dashboard_refresh_s,
                           timeout_s=settings.dashboard_api_timeout_s)
+    # The access log redacts tokens: a link with ?token= (exchanged for a cookie at once) still reaches it once.
     with sock:  # werkzeug serves a duplicate of it
-        server = make_server(host, port, app.server, threaded=True, fd=sock.fileno())
+        server = make_server(host, port, app.server, threaded=True, fd=sock.fileno(),
+                             request_handler=RedactingRequestHandler)
     thread = threading.Thread(target=server.serve_forever, name="dashboard-http", daemon=True)
     thread.start()
     log.info("dashboard on http://%s:%d (API %s)", host, port, api_url)

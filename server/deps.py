@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
@@ -80,3 +80,10 @@ EventWriterAuth = Annotated[Principal, _scoped("agent", "team")]
 JobReaderAuth = Annotated[Principal, _scoped("team", "scheduler")]
 SchedulerAuth = Annotated[Principal, _scoped("team", "scheduler")]
 OperatorAuth = Annotated[Principal, _scoped()]
+
+
+# Times in query strings (`since`, `until`): seconds since epoch (UTC), finite and at most 1e11 (year 5138), checked
+# here for every route: nan, inf or 1e20 once reached datetime arithmetic and answered 500.
+MAX_QUERY_EPOCH_S = 1e11
+EpochQuery = Annotated[float | None, Query(ge=0, le=MAX_QUERY_EPOCH_S, allow_inf_nan=False,
+                                           description="seconds since epoch (UTC)")]

@@ -6,9 +6,11 @@ import logging
 import sqlite3
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,10 @@ def error_response(exc: Exception) -> JSONResponse | None:
         if isinstance(exc, NotAuthenticated):
             headers.setdefault("WWW-Authenticate", "Bearer")
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+    if isinstance(exc, HTTPException):
+        # Raised by the request guard while a chunked body streams in (413): the ingest fast path calls this
+        # outside FastAPI's routing, where it was a 500.
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
     if isinstance(exc, DATA_ERRORS) or (isinstance(exc, ValueError) and "NUL (0x00)" in str(exc)):
         # Input the database refuses to store (an integer past its column, NUL in text, a \u0000 in JSONB) is the
         # client's to fix: 422, found by fuzzing (tests/security/test_fuzz.py), never a 500. psycopg2 refuses
@@ -142,6 +148,15 @@ def install_error_handlers(app: FastAPI) -> None:
         # Pydantic's error list, made JSON-safe (it can carry the offending float('nan') itself).
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        # FastAPI answers 400 when its json.loads raises anything but JSONDecodeError: RecursionError for a deeply
+        # nested body, UnicodeDecodeError for bytes that are not UTF-8. Malformed JSON is 422 everywhere else.
+        if exc.status_code == 400 and isinstance(exc.__cause__, (RecursionError, ValueError)):
+            reason = "nested too deeply" if isinstance(exc.__cause__, RecursionError) else "not UTF-8 JSON"
+            return JSONResponse({"detail": f"malformed JSON body: {reason}"}, status_code=422)
+        return await http_exception_handler(request, exc)
 
     handled: tuple[type[Exception], ...] = (DomainError, sa_exc.DBAPIError, sa_exc.TimeoutError,
                                             *RAW_TRANSIENT_DB_ERRORS, *DATA_ERRORS, ValueError)

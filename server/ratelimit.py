@@ -130,6 +130,8 @@ class RequestGuardMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    if scope["path"].startswith("/api/v1/ingest/"):
+                        INGEST_REJECTED.labels(reason="too_large").inc()
                     raise HTTPException(413, f"request body exceeds the limit of {limit} bytes")
             return message
 

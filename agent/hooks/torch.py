@@ -33,6 +33,7 @@ import atexit
 import gzip
 import json
 import logging
+import operator
 import os
 import re
 import sys
@@ -206,7 +207,7 @@ class Profiler:
             first_explicit = not self._explicit
             self._explicit = True
             if samples is not None:
-                self._samples = samples
+                self._samples = sample_count(samples)
             if first_explicit and self._last_boundary_by_opt and self._forwards == 0:
                 return  # same iteration as the optimizer step that just ended it
             self._boundary()
@@ -408,6 +409,17 @@ class Profiler:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def sample_count(value: Any) -> int | None:
+    """A caller's `step(samples=...)` as a plain int (numpy and torch integers too: the wire protocol takes JSON
+    integers only and would drop the step's event); anything else (a float, a bool) is unknown."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def batch_size_of(args: Any, kwargs: Any) -> int | None:

@@ -1,4 +1,4 @@
-"""Sign in with an API token (kept in this browser tab's session storage)."""
+"""Sign in with an API token (kept in an HttpOnly session cookie: dashboard/session.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ def layout(**_: Any) -> html.Div:
     return html.Div([
         html.H2("Sign in"),
         html.P("Paste a fleetprof API token (`fleetprof token create --scope operator`, or a team token). "
-               "It is kept in this browser tab only and sent to the API with each request."),
+               "It is kept in a session cookie that page scripts cannot read, until you sign out or close the "
+               "browser, and sent to the API with each request."),
         dcc.Input(id="signin-token", type="password", placeholder="token", autoComplete="off",
                   className="token-input", debounce=False),
         html.Button("Sign in", id="signin-submit", n_clicks=0),
@@ -30,9 +31,10 @@ def register_callbacks(app: dash.Dash) -> None:
                   Input("signin-submit", "n_clicks"), Input("signin-token", "n_submit"),
                   State("signin-token", "value"), prevent_initial_call=True)
     def _sign_in(_clicks: int, _submit: int, token: str | None):
-        from flask import current_app
+        from flask import current_app, request
 
         from dashboard.client import ApiClient
+        from dashboard.session import fingerprint, set_session
 
         token = (token or "").strip()
         if not token:
@@ -43,7 +45,8 @@ def register_callbacks(app: dash.Dash) -> None:
                 scope = c.scope()
         except ApiError as exc:
             return dash.no_update, dash.no_update, error_box(exc if exc.status != 401 else "token refused (401)")
-        return {"token": token, "scope": scope}, "/" if scope == "operator" else "/jobs", ""
+        set_session(dash.callback_context.response, request, token)
+        return {"session": fingerprint(token), "scope": scope}, "/" if scope == "operator" else "/jobs", ""
 
 
 def register_pages() -> None:

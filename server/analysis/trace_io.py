@@ -129,6 +129,9 @@ def _top_level_values(parser: Iterator[tuple[str, str, Any]]) -> Iterator[tuple[
             continue
         key = value
         if key == EVENTS_KEY:
+            # Its value must open a list: {"traceEvents": 5} was once read as a trace with no events.
+            if next(parser, (None, None, None))[1] != "start_array":
+                raise TraceFormatError(f"{EVENTS_KEY} must be a list of events")
             yield key, None
             return
         builder = ijson.ObjectBuilder()

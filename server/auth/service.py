@@ -124,7 +124,12 @@ def authenticate(session: Session, digest: str, cache: TokenCache | None = None)
 def require_scope(principal: Principal, *scopes: str) -> Principal:
     if principal.scope == "operator" or principal.scope in scopes:
         return principal
-    raise Forbidden(f"a {principal.scope} token cannot do this (needs {' or '.join(scopes)})")
+    needed = " or ".join(_with_article(f"{s} token") for s in scopes) or "an operator token"
+    raise Forbidden(f"{_with_article(principal.scope + ' token')} cannot do this (needs {needed})")
+
+
+def _with_article(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
 
 
 def require_node(principal: Principal, node: str) -> None:

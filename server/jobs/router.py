@@ -19,7 +19,7 @@ from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
 from server.db import read_in_parallel
-from server.deps import DispatcherDep, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
+from server.deps import DispatcherDep, EpochQuery, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput, NotFound
 from server.job_paths import JOB
 from server.jobs import plot_series, report_service
@@ -46,7 +46,21 @@ def _unit(metric: str) -> str | None:
     return None
 
 
-@router.post("", response_model=JobRead | JobAck, responses={401: {}, 403: {}, 404: {}, 422: {}},
+def _job_link(path: str, method: str = "get") -> dict[str, Any]:
+    """An OpenAPI link from a registration's answer to an operation on that job (clients and the stateful fuzzer
+    follow them: register -> upload -> read)."""
+    pointer = path.replace("~", "~0").replace("/", "~1").replace("{", "%7B").replace("}", "%7D")
+    return {"operationRef": f"#/paths/{pointer}/{method}", "parameters": {"job_id": "$response.body#/job_id"}}
+
+
+JOB_LINKS = {name: _job_link(f"/api/v1/jobs/{{job_id}}{suffix}", method) for name, suffix, method in (
+    ("GetJob", "", "get"), ("GetReport", "/report", "get"), ("GetTimeseries", "/timeseries", "get"),
+    ("GetTimeseriesBatch", "/timeseries/batch", "get"), ("GetSteps", "/steps", "get"),
+    ("GetRightsizing", "/rightsizing", "get"), ("UploadTrace", "/traces", "post"))}
+
+
+@router.post("", response_model=JobRead | JobAck,
+             responses={200: {"links": JOB_LINKS}, 401: {}, 403: {}, 404: {}, 422: {}},
              summary="Register a job, or update a registered one (agent tokens get an acknowledgement only)")
 def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
                  dispatcher: DispatcherDep) -> JobRead | JobAck:
@@ -65,13 +79,9 @@ def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
 
 @router.get("", response_model=JobList, summary="List jobs visible to this token")
 def list_jobs(principal: JobReaderAuth, session: SessionDep, team: str | None = None,
-              state: JobState | None = None, since: float | None = Query(None, description="epoch s"),
-              until: float | None = Query(None, description="epoch s"),
+              state: JobState | None = None, since: EpochQuery = None, until: EpochQuery = None,
               q: str | None = Query(None, max_length=200, description="search job_id or name"),
               limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and not (0 <= value < 1e11):
-            raise InvalidInput(f"{name} must be seconds since epoch")
     jobs, total = job_service.list_jobs(session, principal=principal, team=team, state=state,
                                         since=from_epoch(since), until=from_epoch(until), q=q, limit=limit,
                                         offset=offset)
@@ -186,8 +196,8 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
             summary="A downsampled per-GPU series for plots (min/max preserved)")
 def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
                    metric: Annotated[str, Query(description=f"one of {', '.join(TIMESERIES_METRICS)}")],
-                   points: int = Query(1000, ge=10, le=20_000, description=POINTS_DOC), since: float | None = None,
-                   until: float | None = None) -> TimeseriesOut:
+                   points: int = Query(1000, ge=10, le=20_000, description=POINTS_DOC), since: EpochQuery = None,
+                   until: EpochQuery = None) -> TimeseriesOut:
     if metric not in TIMESERIES_METRICS:
         raise InvalidInput(f"unknown metric {metric!r}; one of {', '.join(TIMESERIES_METRICS)}")
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
@@ -208,7 +218,7 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
                          points: Annotated[list[int],
                                            Query(description="one budget for all, or one per metric: "
                                                              + POINTS_DOC)] = [1000],  # noqa: B006 - FastAPI deep-copies defaults
-                         since: float | None = None, until: float | None = None) -> TimeseriesBatchOut:
+                         since: EpochQuery = None, until: EpochQuery = None) -> TimeseriesBatchOut:
     unknown = [m for m in metric if m not in TIMESERIES_METRICS]
     if unknown or not metric or len(set(metric)) != len(metric) or len(metric) > 8:
         raise InvalidInput(f"metric: up to 8 distinct of {', '.join(TIMESERIES_METRICS)}")
@@ -224,14 +234,11 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
 
 @router.get(f"{JOB}/steps", summary="Per-step wall time and allocator peaks from the framework hooks",
             responses=JOB_NOT_FOUND)
-def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since: float | None = None,
-              until: float | None = None, limit: int = Query(20_000, ge=1, le=200_000),
+def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since: EpochQuery = None,
+              until: EpochQuery = None, limit: int = Query(20_000, ge=1, le=200_000),
               points: int | None = Query(None, ge=10, le=20_000, description=(
                   "downsample to about this many rows per rank (each time bucket's minima at its first step, "
                   "maxima at its last) and add a step-time histogram of every step in the range"))) -> Response:
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and not (0 <= value < 1e11):
-            raise InvalidInput(f"{name} must be seconds since epoch")
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     where = [JobStep.job_pk == job.id]
     if since is not None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.protocol import JobId, Timestamp
+
+# A job's free-form metadata, as compact JSON, at most: it is returned with the job in every list and read, and a
+# 15 MB document was once accepted and sent back inline with each page of jobs.
+MAX_METADATA_BYTES = 64 * 1024
 
 JobState = Literal["pending", "running", "finished", "failed", "killed", "oom", "lost"]
 
@@ -34,7 +39,17 @@ class JobCreate(BaseModel):
     batch_size: int | None = Field(default=None, ge=1, le=10_000_000)
     gpu_type_requested: str | None = Field(default=None, max_length=100)
     gpus_requested: int | None = Field(default=None, ge=0, le=100_000)
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = Field(default=None, description=f"free-form, at most {MAX_METADATA_BYTES} "
+                                                                      "bytes as compact JSON")
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":")))
+            if size > MAX_METADATA_BYTES:
+                raise ValueError(f"metadata is {size} bytes as JSON; at most {MAX_METADATA_BYTES} bytes")
+        return value
 
 
 class JobRead(BaseModel):

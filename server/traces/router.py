@@ -59,14 +59,22 @@ async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth
 
         def work() -> TraceRead:
             upload = trace_service.stage(tmp, blob_dir)
-            with session_scope(factory) as session:
-                job = job_service.get_writable_job(session, job_id=job_id, principal=principal)
-                trace, created = trace_service.store_upload(session, job=job, upload=upload, blob_dir=blob_dir,
-                                                            filename=filename, rank=rank,
-                                                            max_trace_bytes=settings.max_trace_bytes)
-                return TraceRead(job_id=job_id, kind=trace.kind, filename=trace.filename, rank=trace.rank,
-                                 size_bytes=trace.size_bytes, sha256=trace.sha256, created=created,
-                                 summary=trace.summary)
+            key: str | None = None  # where this upload's blob goes once parsed
+            try:
+                with session_scope(factory) as session:
+                    job = job_service.get_writable_job(session, job_id=job_id, principal=principal)
+                    key = trace_service.blob_key(job, upload)
+                    trace, created = trace_service.store_upload(session, job=job, upload=upload, blob_dir=blob_dir,
+                                                                filename=filename, rank=rank,
+                                                                max_trace_bytes=settings.max_trace_bytes)
+                    return TraceRead(job_id=job_id, kind=trace.kind, filename=trace.filename, rank=trace.rank,
+                                     size_bytes=trace.size_bytes, sha256=trace.sha256, created=created,
+                                     summary=trace.summary)
+            except BaseException:
+                if key is not None:  # the row was refused (flush or commit): no blob without its row
+                    with session_scope(factory) as session:
+                        trace_service.discard_unreferenced_blob(session, blob_dir=blob_dir, key=key)
+                raise
 
         return await run_in_threadpool(work)
     finally:

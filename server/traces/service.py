@@ -122,6 +122,11 @@ def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
     return summary
 
 
+def blob_key(job: Job, upload: StagedUpload) -> str:
+    """The blob's name under the blob directory: chosen by the server, never derived from the client."""
+    return f"{job.id}/{upload.sha256}.json" + (".gz" if upload.gzipped else "")
+
+
 def store_upload(session: Session, *, job: Job, upload: StagedUpload, blob_dir: Path, filename: str | None,
                  rank: int | None, max_trace_bytes: int) -> tuple[Trace, bool]:
     """Parse, store the blob and the summary; (trace, created). The same bytes uploaded again are a no-op."""
@@ -138,7 +143,7 @@ def store_upload(session: Session, *, job: Job, upload: StagedUpload, blob_dir: 
             if clash is not None:
                 raise Conflict(f"job {job.job_id!r} already has a Kineto trace for rank {rank} "
                                f"({clash.filename}); upload each rank once")
-    key = f"{job.id}/{upload.sha256}.json" + (".gz" if upload.gzipped else "")
+    key = blob_key(job, upload)
     final = blob_dir / key
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(upload.path, final)
@@ -148,3 +153,10 @@ def store_upload(session: Session, *, job: Job, upload: StagedUpload, blob_dir: 
     session.add(trace)
     session.flush()
     return trace, True
+
+
+def discard_unreferenced_blob(session: Session, *, blob_dir: Path, key: str) -> None:
+    """Remove a blob that no committed row names: what an upload whose row was refused had moved into place. A
+    blob is named by its job and hash (blob_key), so one an identical upload committed keeps its file."""
+    if session.scalars(select(Trace.id).where(Trace.blob_key == key).limit(1)).first() is None:
+        (blob_dir / key).unlink(missing_ok=True)

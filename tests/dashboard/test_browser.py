@@ -44,12 +44,22 @@ def _wait(driver, css: str, text: str | None = None, timeout_s: float = TIMEOUT_
     return driver.find_element(By.CSS_SELECTOR, css)
 
 
-def _sign_in(driver, url: str, token: str, expect: str) -> None:  # type: ignore[no-untyped-def]
-    driver.get(f"{url}/signin")  # a fresh tab state: drop any earlier session
+def _fresh_session(driver, url: str) -> None:  # type: ignore[no-untyped-def]
+    driver.get(f"{url}/signin")  # drop any earlier session: its cookie and the tab's store
+    driver.delete_all_cookies()
     driver.execute_script("window.sessionStorage.clear()")
+
+
+def _sign_in(driver, url: str, token: str, expect: str) -> None:  # type: ignore[no-untyped-def]
+    from dashboard.session import COOKIE
+
+    _fresh_session(driver, url)
     driver.get(f"{url}/?token={token}")
     _wait(driver, "#whoami", expect)
     assert "token=" not in driver.current_url  # the token leaves the address bar
+    cookie = driver.get_cookie(COOKIE)  # ... for a cookie page scripts cannot read
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["value"] == token
+    assert token not in driver.execute_script("return document.cookie + JSON.stringify(window.sessionStorage)")
 
 
 def _console_errors(driver) -> list[str]:  # type: ignore[no-untyped-def]
@@ -154,8 +164,7 @@ def test_sign_in_form(chrome, dashboard_url, seeded) -> None:  # type: ignore[no
     from selenium.webdriver.common.by import By
 
     driver = chrome
-    driver.get(f"{dashboard_url}/signin")
-    driver.execute_script("window.sessionStorage.clear()")
+    _fresh_session(driver, dashboard_url)
     driver.get(f"{dashboard_url}/signin")
     box = _wait(driver, "#signin-token")
     box.send_keys("fp_not_a_token")
@@ -169,6 +178,16 @@ def test_sign_in_form(chrome, dashboard_url, seeded) -> None:  # type: ignore[no
     driver.find_element(By.ID, "signin-submit").click()
     _wait(driver, "#whoami", "team")
     _wait(driver, "#jobs-list", "vision-h100")  # a team lands on its jobs
+    from dashboard.session import COOKIE
+
+    assert driver.get_cookie(COOKIE)["httpOnly"] is True
+    driver.refresh()  # the session outlives a reload (the cookie, not the page's memory, holds it)
+    _wait(driver, "#jobs-list", "vision-h100")
+    driver.find_element(By.ID, "signout").click()
+    _wait(driver, "#whoami", "not signed in")
+    assert driver.get_cookie(COOKIE) is None
+    driver.get(f"{dashboard_url}/jobs")
+    _wait(driver, "#jobs-table", "Not signed in")
 
 
 # ------------------------------------------------------------------------------------------------ job page parts

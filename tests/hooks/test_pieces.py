@@ -43,6 +43,20 @@ def test_parse_requested_bytes() -> None:
     assert parse_requested_bytes("something else") is None
 
 
+def test_sample_counts_become_plain_ints() -> None:
+    """The protocol's integers are strict: a numpy or torch integer from the caller must not drop the step."""
+    import numpy as np
+    import torch
+
+    from agent.hooks.torch import sample_count
+    from agent.protocol import StepEvent
+
+    for value in (32, np.int64(32), torch.tensor(32)):
+        assert sample_count(value) == 32 and type(sample_count(value)) is int
+        StepEvent(kind="step", job_id="j", ts=1.7e9, step=1, wall_s=0.1, samples=sample_count(value))
+    assert [sample_count(v) for v in (True, 32.0, "32", None)] == [None] * 4
+
+
 class ListSender:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []

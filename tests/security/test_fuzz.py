@@ -3,6 +3,7 @@
 Every operation gets FUZZ_EXAMPLES schema-valid and as many schema-invalid requests (hypothesis-generated,
 database off so each run is fresh); operations with a {job_id} are also aimed at a job that exists, so the
 fuzzing reaches past the 404. The failures are gathered over all operations, then reported together.
+The stateful test follows the document's links instead: register a job, ingest for it, upload a trace, read it back.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_toke
     headers = {"Authorization": f"Bearer {operator}"}
     session = requests.Session()
     tried: dict[str, int] = {}
+    spent_s: dict[str, float] = {}  # time to answer, per operation: where the suite's minutes go
     server_errors: list[str] = []
     for result in schema.get_all_operations():
         op = result.ok()
@@ -82,6 +84,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_toke
                     server_errors.append(f"{label}: connection error {exc} for {case.as_curl_command()}")
                     return
                 tried[label] += 1
+                spent_s[label] = spent_s.get(label, 0.0) + float(response.elapsed)  # noqa: B023 - run() is called in this iteration
                 if response.status_code >= 500:
                     server_errors.append(f"{label} -> {response.status_code}: {response.text[:300]}\n  "
                                          f"{case.as_curl_command()}")
@@ -93,6 +96,64 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(live_server, make_toke
     total = sum(tried.values())
     print(f"schemathesis: {total} requests over {len(tried)} operations, {len(server_errors)} 5xx")
     for label, n in sorted(tried.items()):
-        print(f"  {n:5d}  {label}")
+        print(f"  {n:5d}  {spent_s.get(label, 0.0):6.1f} s  {label}")
     assert len(tried) >= 14 and total >= len(tried) * FUZZ_EXAMPLES
+    assert server_errors == [], "\n".join(server_errors[:30])
+
+
+STATEFUL_SCENARIOS = 25  # hypothesis examples of the state machine, each up to STATEFUL_STEPS linked calls
+STATEFUL_STEPS = 6
+# Test-only link (its body holds constants no client should copy): a registered job gets a step event.
+INGEST_STEP_LINK = {"operationRef": "#/paths/~1api~1v1~1ingest~1events/post", "requestBody": {
+    "protocol_version": 1, "source_id": "fuzz-stateful", "seq": 0, "sent_at": 1.7e9,
+    "events": [{"kind": "step", "job_id": "$response.body#/job_id", "ts": 1.7e9, "step": 1, "wall_s": 0.25}]}}
+
+
+@pytest.mark.slow
+def test_stateful_register_upload_read_finds_no_server_error(live_server, make_token):
+    """Schemathesis' state machine over the document's links (POST /jobs answers with links to read the job, its
+    report, series, steps and right-sizing, and to upload a trace): sequences of calls on jobs that exist, in
+    positive and negative (schema-violating) data, with an operator token. No 5xx, and the links were followed."""
+    operator = make_token("operator")
+    _seed(live_server, operator, make_token("agent", node="*"))
+    doc = httpx.get(live_server + "/openapi.json", timeout=30).json()
+    links = doc["paths"]["/api/v1/jobs"]["post"]["responses"]["200"]["links"]
+    assert len(links) >= 7  # the document's own links
+    links["IngestStep"] = INGEST_STEP_LINK
+    schema = schemathesis.openapi.from_dict(doc)
+    # Only the links written down: schemathesis' own inference makes GET /jobs the sole entry point and never
+    # registers a job (JobCreate names nodes and GPUs that no operation produces).
+    schema.config.phases.stateful.inference.algorithms = []
+    headers = {"Authorization": f"Bearer {operator}"}
+    session = requests.Session()
+    calls: list[tuple[str, int]] = []
+    server_errors: list[str] = []
+
+    class Machine(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case):  # type: ignore[no-untyped-def]
+            return {"base_url": live_server, "headers": headers, "session": session, "timeout": 60}
+
+        def after_call(self, response, case):  # type: ignore[no-untyped-def]
+            label = f"{case.operation.method.upper()} {case.operation.path}"
+            calls.append((label, response.status_code))
+            if response.status_code >= 500:
+                server_errors.append(f"{label} -> {response.status_code}: {response.text[:300]}\n  "
+                                     f"{case.as_curl_command()}")
+
+        def validate_response(self, response, case, **kwargs):  # type: ignore[no-untyped-def]
+            pass  # the property under test is "no 5xx", gathered in after_call over the whole run
+
+    Machine.run(settings=settings(max_examples=STATEFUL_SCENARIOS, stateful_step_count=STATEFUL_STEPS,
+                                  deadline=None, database=None, derandomize=False,
+                                  suppress_health_check=list(HealthCheck)))
+    by_op: dict[str, list[int]] = {}
+    for label, status in calls:
+        by_op.setdefault(label, []).append(status)
+    print(f"schemathesis stateful: {len(calls)} requests over {len(by_op)} operations, {len(server_errors)} 5xx")
+    for label, statuses in sorted(by_op.items()):
+        print(f"  {len(statuses):5d}  {label}  ({statuses.count(200)} x 200)")
+    # Random job ids are 404s: 200s on the job's own reads mean the state machine followed the links.
+    followed = sum(by_op.get(f"GET /api/v1/jobs/{{job_id}}{suffix}", []).count(200)
+                   for suffix in ("", "/report", "/timeseries", "/steps", "/rightsizing"))
+    assert followed > 0 and by_op.get("POST /api/v1/ingest/events", []).count(200) > 0, by_op
     assert server_errors == [], "\n".join(server_errors[:30])
