@@ -69,7 +69,7 @@ def install_token_exchange(server: Any) -> None:
     from flask import redirect, request
 
     @server.before_request
-    def _exchange():  # type: ignore[no-untyped-def]
+    def _exchange() -> Any:
         if URL_PARAM not in request.args:
             return None
         token = request.args.get(URL_PARAM, "").strip()
