@@ -45,9 +45,9 @@ class AgentSettings(BaseSettings):
     # Inside a Slurm allocation (Slurm's own variable, not ours): `fleetprof run` takes slurm:<id> as its job id.
     slurm_job_id: str | None = Field(default=None, validation_alias=AliasChoices("SLURM_JOB_ID", "slurm_job_id"))
     # `fleetprof slurm epilog`: the token its summary reads the report with (a scheduler token: agent tokens write
-    # but cannot read reports); default FLEETPROF_TOKEN. The dashboard's URL, for the summary's link to the job.
+    # but cannot read reports); default FLEETPROF_TOKEN.
     slurm_report_token: str | None = None
-    dashboard_url: str | None = None
+    dashboard_url: str | None = None  # the dashboard's URL, for links to a job (Slurm epilog summary); unset: the API's
 
 
 def load_settings(**overrides: Any) -> AgentSettings:
