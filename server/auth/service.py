@@ -126,7 +126,3 @@ def require_scope(principal: Principal, *scopes: str) -> Principal:
         return principal
     raise Forbidden(f"a {principal.scope} token cannot do this (needs {' or '.join(scopes)})")
 
-
-def require_node(principal: Principal, node: str) -> None:
-    if principal.scope == "agent" and principal.node not in ("*", node):
-        raise Forbidden(f"this agent token writes for node {principal.node!r}, not {node!r}")

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from agent.protocol import (
     SAMPLE_FIELDS, EventBatch, JobEndEvent, JobStartEvent, LayerEvent, OomEvent, SampleBatch, StepEvent,
 )
-from server.auth.service import Principal, require_node
+from server.auth.policy import require_node
+from server.auth.service import Principal
 from server.db import dialect_insert, is_postgres
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
