@@ -7,10 +7,11 @@ passes between the teams), each job's processes attributed by the node's agent. 
 carries a memory figure in that team's own range (team 0: 10-20 GiB, team 1: 2.5-3 GiB; idle time 5 GiB), so a
 figure from the other range in a team's series or report is the other team's telemetry. Then each team, as an
 attacker would: attaches the other team's GPUs to a job of its own, stretches its own jobs over the whole time,
-registers a job over the whole time with every GPU its team ever used, writes steps into the other team's jobs;
-and reads everything it may (job, list, report, timeseries, batch, steps, right-sizing, compare). Counted: the
-requests, the 5xx answers, the cross-team reads (another team's job id in any answer, another team's memory
-figure in a series or a report's memory), all asserted zero and printed.
+registers a job over the whole time with every GPU its team ever used, writes steps into the other team's jobs
+(and each node's agent steps and traces into the other node's jobs); and reads everything it may (job, list,
+report, timeseries, batch, steps, right-sizing, compare). Counted: the requests, the 5xx answers, the cross-team
+reads (another team's job id in any answer, another team's memory figure in a series or a report's memory), the
+attacks not refused; all asserted zero and printed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ SLOT_S, EVERY_S = 20, 5  # a job lasts whole slots; the agent samples every 5 s
 RANGE = {0: (10 * GIB, 20 * GIB), 1: (int(2.5 * GIB), 3 * GIB)}
 IDLE_BYTES = 5 * GIB
 EXAMPLES = 20
+KINETO = (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+          b'"ts": 1000, "dur": 50, "args": {"device": 0, "stream": 7}}]}')
 
 
 @dataclass
@@ -176,6 +179,20 @@ class Fleet:
             if r.status_code != 404:
                 self.tally.accepted.append(f"team {team} wrote steps into {run.job_id}: {r.status_code}")
 
+    def attack_from_nodes(self) -> None:
+        """Each node's agent token against the jobs of the other node: steps and traces, as if they did not exist."""
+        for node, token in self.agents.items():
+            for run in (r for r in self.runs if r.node != node):
+                r = self.call("POST", "/api/v1/ingest/events", token, json={
+                    "protocol_version": PROTOCOL_VERSION, "source_id": f"agent-{node}", "seq": hash(run.job_id) % 10**6,
+                    "sent_at": time.time(),
+                    "events": [{"kind": "step", "job_id": run.job_id, "ts": run.start + 1, "step": 1, "wall_s": 0.1}]})
+                t = self.call("POST", f"/api/v1/jobs/{run.job_id}/traces", token, content=KINETO)
+                for what, answer in (("steps", r), ("a trace", t)):
+                    if answer.status_code != 404:
+                        self.tally.accepted.append(f"agent of {node} wrote {what} into {run.job_id} on {run.node}: "
+                                                   f"{answer.status_code}")
+
     def read_all(self, team: int) -> None:
         token, other = self.team_tokens[team], 1 - team
         ids = [r.job_id for r in self.runs if r.team == team] + [f"{self.tag}-{'ab'[team]}-spy"]
@@ -234,6 +251,7 @@ def test_no_telemetry_crosses_teams(live_server, make_token):
             fleet.build()
             for team in (0, 1):
                 fleet.attack(team)
+            fleet.attack_from_nodes()
             for team in (0, 1):
                 fleet.read_all(team)
 
