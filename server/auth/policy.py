@@ -123,10 +123,10 @@ def clip_window(window: tuple[datetime, datetime], link: JobGpu,
                 foreign: list[tuple[datetime, datetime]]) -> tuple[datetime, datetime] | None:
     """`window` (a job's time on a GPU) without the other teams' time on that GPU; None when nothing is left.
 
-    A `process` link keeps foreign time that overlaps the job's own sighting (a GPU shared at once: its samples
-    are both jobs' telemetry) and loses what lies before or after it. A `team` link is cut to the team's own
-    attributed time and loses every foreign span in it (the span may join several of the team's runs around
-    another team's). Registered links are taken as said."""
+    A `process` link keeps the foreign time within the job's own sighting (a GPU shared at once: its samples are
+    both jobs' telemetry) and loses all foreign time before or after the sighting. A `team` link is cut to the
+    team's own attributed time and loses every foreign span in it (the span may join several of the team's runs
+    around another team's). Registered links are taken as said."""
     if link.source == REGISTERED or link.first_seen_at is None or link.last_seen_at is None:
         return window
     start, end = window
@@ -136,6 +136,11 @@ def clip_window(window: tuple[datetime, datetime], link: JobGpu,
         start, end = max(start, own_lo), min(end, own_hi)
     for lo, hi in foreign:
         if shared_ok and lo <= own_hi and hi >= own_lo:
+            # Shared at once: both jobs' while both were seen; before or after the job's own sighting, the other's.
+            if lo < own_lo:
+                start = max(start, own_lo)
+            if hi > own_hi:
+                end = min(end, own_hi)
             continue
         if hi < own_lo or (not shared_ok and lo <= own_lo):
             start = max(start, hi + _TICK)

@@ -118,6 +118,23 @@ def test_a_team_cannot_stretch_its_job_over_another_teams_time(api, beta_on_n2):
     assert "b-job" not in str(report)
 
 
+def test_a_gpu_shared_for_a_while_is_shared_only_that_while(api, beta_on_n2):
+    # Alpha's process shared the GPU with beta's for the first 10 s of beta's run, then alpha stretched its end
+    # past beta's: beta's samples after alpha's last sighting are beta's alone.
+    t = beta_on_n2
+    t0 = t["t0"] - 30
+    post_ok(api, "/api/v1/jobs", t["alpha"], {"job_id": "a-brief", "team": "alpha", "state": "running",
+                                              "started_at": t0})
+    batch = telemetry(node="n2", seq=4, t0=t0 + 0.5, n=40, mem_mib=100, job_id="a-brief", pid=400)
+    post_ok(api, "/api/v1/ingest/samples", t["n2"], batch)
+    post_ok(api, "/api/v1/jobs", t["alpha"], {"job_id": "a-brief", "state": "finished", "ended_at": t["t0"] + 100})
+    r = api.get("/api/v1/jobs/a-brief/timeseries", params={"metric": "memory_used_bytes", "points": 10_000},
+                headers=auth(t["alpha"]))
+    series = r.json()["series"][0]
+    beta_seen = [ts for ts, v in zip(series["ts"], series["values"], strict=True) if v == 777 * MIB]
+    assert beta_seen and max(beta_seen) <= t0 + 40, (max(beta_seen) - t["t0"])  # shared: [t0, t0 + 10] only
+
+
 def test_other_jobs_ids_are_not_in_a_jobs_processes(api, beta_on_n2):
     # A GPU shared at the same time: alpha's report counts beta's process and its memory, never names its job.
     t = beta_on_n2

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from agent.protocol import PROTOCOL_VERSION
@@ -36,6 +36,7 @@ SLOT_S, EVERY_S = 20, 5  # a job lasts whole slots; the agent samples every 5 s
 # 80 GiB minus them (headroom), and than epoch seconds (~1.8e9 = 1.7 GiB).
 RANGE = {0: (10 * GIB, 20 * GIB), 1: (int(2.5 * GIB), 3 * GIB)}
 IDLE_BYTES = 5 * GIB
+SHARED_BYTES, SHARED_PROCESS_BYTES = 6 * GIB, int(3.5 * GIB)  # a GPU both teams used at once: in neither range
 EXAMPLES = 20
 KINETO = (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
           b'"ts": 1000, "dur": 50, "args": {"device": 0, "stream": 7}}]}')
@@ -60,7 +61,8 @@ class Tally:
 
 
 # Per GPU: the jobs that use it one after another, each (team, idle slots before it, slots it lasts).
-gpu_plan = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(1, 3)), min_size=1, max_size=3)
+# idle -1: the job starts a slot before the previous one ends (both teams' processes on the GPU at once).
+gpu_plan = st.lists(st.tuples(st.integers(0, 1), st.integers(-1, 2), st.integers(1, 3)), min_size=1, max_size=3)
 fleet_plan = st.lists(st.lists(gpu_plan, min_size=1, max_size=2), min_size=1, max_size=2)  # nodes x GPUs
 
 
@@ -105,11 +107,11 @@ class Fleet:
             for gi, uses in enumerate(gpus):
                 slot = 0
                 for ji, (team, idle, slots) in enumerate(uses):
-                    slot += idle
+                    slot = max(0, slot + idle)
                     self.runs.append(Run(f"{self.tag}-{'ab'[team]}-n{ni}g{gi}j{ji}", team, node, f"GPU-{node}-{gi}",
                                          self.t0 + slot * SLOT_S, self.t0 + (slot + slots) * SLOT_S - EVERY_S))
                     slot += slots
-                end_slot = max(end_slot, slot + 1)
+                    end_slot = max(end_slot, slot + 1)
         self.t_end = self.t0 + end_slot * SLOT_S
         for run in self.runs:  # registered by their teams as `fleetprof run` does: no GPUs, the agent finds them
             r = self.call("POST", "/api/v1/jobs", self.team_tokens[run.team], json={
@@ -128,15 +130,23 @@ class Fleet:
         p: dict[str, list[Any]] = {"ts": [], "gpu_uuid": [], "pid": [], "used_memory_bytes": [], "job_id": []}
         for k, ts in enumerate(range(int(self.t0), int(self.t_end), EVERY_S)):
             for uuid in uuids:
-                run = next((r for r in self.runs if r.gpu == uuid and r.start <= ts <= r.end), None)
-                mem = IDLE_BYTES if run is None else RANGE[run.team][0] + (hash(run.job_id) % 512) * MIB + k * 4096
+                runs = [r for r in self.runs if r.gpu == uuid and r.start <= ts <= r.end]
+                shared = len({r.team for r in runs}) > 1
+                if not runs:
+                    mem, power = IDLE_BYTES, 60.0
+                elif shared:
+                    mem, power = SHARED_BYTES, 250.0
+                else:
+                    mem = RANGE[runs[0].team][0] + (hash(runs[0].job_id) % 512) * MIB + k * 4096
+                    power = 100.0 + 200 * runs[0].team
                 s["ts"].append(float(ts))
                 s["gpu_uuid"].append(uuid)
                 s["memory_used_bytes"].append(mem)
-                s["power_w"].append(60.0 if run is None else 100.0 + 200 * run.team)
-                if run is not None:
-                    for key, v in (("ts", float(ts)), ("gpu_uuid", uuid), ("pid", 1000 + run.team),
-                                   ("used_memory_bytes", mem), ("job_id", run.job_id)):
+                s["power_w"].append(power)
+                for run in runs:
+                    for key, v in (("ts", float(ts)), ("gpu_uuid", uuid), ("pid", 1000 + self.runs.index(run)),
+                                   ("used_memory_bytes", SHARED_PROCESS_BYTES if shared else mem),
+                                   ("job_id", run.job_id)):
                         p[key].append(v)
         batch = {"protocol_version": PROTOCOL_VERSION, "node": node, "agent_id": f"agent-{node}", "seq": seq,
                  "sent_at": time.time(), "source": "test", "samples": s, "processes": p,
@@ -193,6 +203,17 @@ class Fleet:
                         self.tally.accepted.append(f"agent of {node} wrote {what} into {run.job_id} on {run.node}: "
                                                    f"{answer.status_code}")
 
+    def _others_alone(self, doc: dict[str, Any], team: int) -> list[str]:
+        """Samples in a series answer at instants when only the other team's jobs were on that GPU."""
+        out = []
+        for series in [doc] if "series" in doc else list((doc.get("metrics") or {}).values()):
+            for one in series.get("series") or []:
+                for ts in one["ts"]:
+                    teams = {r.team for r in self.runs if r.gpu == one["gpu_uuid"] and r.start <= ts <= r.end}
+                    if teams == {1 - team}:
+                        out.append(f"{one['gpu_uuid']} at t0 + {ts - self.t0:.0f} s")
+        return out
+
     def read_all(self, team: int) -> None:
         token, other = self.team_tokens[team], 1 - team
         ids = [r.job_id for r in self.runs if r.team == team] + [f"{self.tag}-{'ab'[team]}-spy"]
@@ -226,6 +247,10 @@ class Fleet:
             leaked = [j for j in foreign_ids if j in r.text] + [t for t in (self.teams[other],) if t in r.text]
             if telemetry and r.status_code == 200:
                 doc = r.json()
+                alone = self._others_alone(doc, team)
+                if alone:
+                    leaked.append(f"{len(alone)} sample(s) of time the GPU was the other team's alone, e.g. "
+                                  f"{alone[0]}")
                 scope = doc if "/report" not in what else {"memory": doc.get("memory"), "gpus": doc.get("gpus")}
                 figures = [(where, x) for where, x in _numbers(scope) if lo <= x < hi]
                 if figures:
@@ -243,7 +268,9 @@ def test_no_telemetry_crosses_teams(live_server, make_token):
     with httpx.Client(base_url=live_server, timeout=120) as client:
 
         @given(plan=fleet_plan)
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+        # always: a GPU both teams use at once for a slot, one after the other around it, on two nodes
+        @example(plan=[[[(0, 0, 2), (1, -1, 2), (0, -1, 2)]], [[(1, 0, 1), (0, 1, 1)], [(0, 0, 3)]]])
+        @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
                   suppress_health_check=list(HealthCheck))
         def run(plan: list[list[list[Any]]]) -> None:
             examples[0] += 1
