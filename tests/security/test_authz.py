@@ -177,3 +177,15 @@ def test_an_agent_attaches_only_its_own_nodes_gpus(api, beta_on_n2):
                  headers=auth(t["n1"]))
     assert r.status_code == 403, r.text
     post_ok(api, "/api/v1/jobs", t["n2"], {"job_id": "n2-job", "node": "n2", "gpu_uuids": ["GPU-n2-0"]})
+
+
+@pytest.mark.xfail(strict=True, reason="open: a team may claim a job an agent observed and nobody registered (a "
+                                       "Slurm or Kubernetes job of another team), and then read its telemetry")
+def test_a_team_cannot_claim_a_job_only_an_agent_has_seen(api, beta_on_n2):
+    # The agent knows the job's id (SLURM_JOB_ID), not its team; the first team to register the id owns it. Closing
+    # this is a product decision (claims by operators only? by the Slurm account?), left for the issue.
+    t = beta_on_n2
+    post_ok(api, "/api/v1/ingest/samples", t["n2"], telemetry(node="n2", seq=5, t0=t["t0"] + 100, n=30, mem_mib=555,
+                                                                job_id="slurm:4242", pid=500))
+    r = api.post("/api/v1/jobs", json={"job_id": "slurm:4242", "team": "alpha"}, headers=auth(t["alpha"]))
+    assert r.status_code in (403, 404), r.text
