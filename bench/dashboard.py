@@ -196,7 +196,8 @@ def load_job(http_agent: httpx.Client, http_team: httpx.Client, *, job_gpus: int
         counter_j = energy[-1]
         _post(http_agent, "/api/v1/ingest/samples",
               _batch("node-bigjob", seq, uuids, ts, util, mem, power, energy))
-    _post(http_team, "/api/v1/jobs", {"job_id": job_id, "team": "vision", "node": "node-bigjob", "gpu_uuids": uuids,
+    # The node's agent binds the GPUs (a team token may attach only GPUs the agent attributed to it: issue 15).
+    _post(http_agent, "/api/v1/jobs", {"job_id": job_id, "team": "vision", "node": "node-bigjob", "gpu_uuids": uuids,
                                       "state": "finished", "started_at": start, "ended_at": end, "batch_size": 64,
                                       "name": f"synthetic {hours} h x {job_gpus} GPU training"})
     steps = int(hours * 3600 / step_s)

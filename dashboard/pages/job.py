@@ -309,7 +309,9 @@ def processes_section(report: dict[str, Any]) -> html.Section:
     job_id = report.get("job_id")
 
     def whose(p: dict[str, Any]) -> str:
-        if p.get("job_id") is None:
+        if p.get("whose"):
+            return str(p["whose"])
+        if p.get("job_id") is None:  # reports of analyzer version 2 named other jobs
             return "unattributed"
         return "this job" if p["job_id"] == job_id else f"job {p['job_id']}"
 

@@ -19,7 +19,7 @@ from server.analysis.jobdata import GpuSeries, JobData, jsonable
 log = logging.getLogger(__name__)
 
 # Bump whenever a figure's definition changes: cached reports of older versions are recomputed.
-ANALYZER_VERSION = 2
+ANALYZER_VERSION = 3  # 3: other jobs' ids no longer in memory.processes (issue 15)
 
 
 def job_duration_s(job: JobData, *, now: float) -> float | None:

@@ -185,12 +185,19 @@ def process_memory(processes: list[ProcessPeak], job_id: str) -> dict[str, Any]:
         "other_processes": len({(p.gpu_uuid, p.pid) for p in others}) if processes else None,
         # 0 only when there were no others; others whose memory the driver did not give leave it unknown
         "other_processes_peak_bytes": max(per_gpu.values()) if per_gpu else (0 if processes and not others else None),
-        # job_id: the job the agent attributed the process to (this one, another, or null: nobody could tell,
-        # e.g. pids of another container's namespace).
+        # whose: "this job", "another job" or "unattributed" (nobody could tell, e.g. pids of another container's
+        # namespace); job_id only when it is this job's: another job may be another team's (issue 15).
         "processes": [{"pid": p.pid, "gpu_uuid": p.gpu_uuid, "peak_used_bytes": p.peak_used_bytes,
-                       "job_id": p.job_id, "attribution": p.attribution, "first_seen": p.first_ts,
-                       "last_seen": p.last_ts} for p in rows[:MAX_PROCESS_ROWS]],
+                       "job_id": p.job_id if p.job_id == job_id else None, "whose": _whose(p.job_id, job_id),
+                       "attribution": p.attribution, "first_seen": p.first_ts, "last_seen": p.last_ts}
+                      for p in rows[:MAX_PROCESS_ROWS]],
     }
+
+
+def _whose(process_job_id: str | None, job_id: str) -> str:
+    if process_job_id is None:
+        return "unattributed"
+    return "this job" if process_job_id == job_id else "another job"
 
 
 def _opt_int(v: float | None) -> int | None:

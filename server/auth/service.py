@@ -131,7 +131,3 @@ def require_scope(principal: Principal, *scopes: str) -> Principal:
 def _with_article(noun: str) -> str:
     return ("an " if noun[:1] in "aeiou" else "a ") + noun
 
-
-def require_node(principal: Principal, node: str) -> None:
-    if principal.scope == "agent" and principal.node not in ("*", node):
-        raise Forbidden(f"this agent token writes for node {principal.node!r}, not {node!r}")

@@ -40,9 +40,9 @@ from server.analysis.fleet import (
     sample_terms,
     summary_from_totals,
 )
+from server.auth.policy import link_window
 from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel, rowcount
 from server.ingest.bulk import insert_ignore
-from server.jobs.report_service import link_window
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
 from server.models.base import from_epoch
 from server.storage.partitions import DAY_S, day_of
@@ -61,7 +61,7 @@ ROLLUP_LOCK_NS = 0x666C7072  # "flpr": the namespace of rollup_hours' per-range 
 
 def _job_windows(session: Session, *, since: float, until: float,
                  now: float) -> dict[int, list[tuple[int, float, float]]]:
-    """gpu_id -> [(job_pk, start, end)]: the job↔GPU windows (report_service.link_window) overlapping
+    """gpu_id -> [(job_pk, start, end)]: the job↔GPU windows (server.auth.policy.link_window) overlapping
     [since, until], as epoch seconds."""
     rows = session.execute(
         select(JobGpu, Job).join(Job, Job.id == JobGpu.job_pk)

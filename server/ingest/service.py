@@ -26,7 +26,8 @@ from agent.protocol import (
     SampleBatch,
     StepEvent,
 )
-from server.auth.service import Principal, require_node
+from server.auth.policy import require_node
+from server.auth.service import Principal
 from server.db import dialect_insert, is_postgres, raw_connection, rowcount
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples

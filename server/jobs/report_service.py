@@ -24,6 +24,8 @@ from server.analysis.fleet import job_fleet_row
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
 from server.analysis.jobdata import LayerStat as LayerRow
 from server.analysis.trace_sections import merge_trace_sections
+from server.auth import policy
+from server.auth.policy import link_window
 from server.config import ServerSettings
 from server.db import dialect_insert, epoch_column, float_rows, read_in_parallel, session_scope
 from server.jobs import plot_views
@@ -52,25 +54,18 @@ SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
 LATE_DATA_WINDOW = timedelta(minutes=5)
 
 
-def link_window(job: Job, link: JobGpu, *, now: datetime) -> tuple[datetime, datetime] | None:
-    """The time a GPU's telemetry belongs to a job (both ends included): from the job's start, else when the
-    agent first saw it on the GPU, to its end, else when last seen once it ended, else now. None when unknown.
-    The one rule for reports and for the per-job/per-team rollups."""
-    start = job.started_at or link.first_seen_at
-    end = job.ended_at or (link.last_seen_at if job.state in TERMINAL_STATES else now)
-    if start is None or end is None:
-        return None
-    return start, end
-
-
 def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[Gpu, datetime, datetime]]:
-    """Each GPU of the job with the time window its telemetry belongs to the job."""
+    """Each GPU of the job with the time window its telemetry belongs to the job: never another team's time on
+    that GPU (server.auth.policy.clip_window), which every read of the job's samples goes through."""
     out = []
     links = session.execute(
         select(JobGpu, Gpu).join(Gpu, Gpu.id == JobGpu.gpu_id).where(JobGpu.job_pk == job.id).order_by(Gpu.index)
-    ).all()
+    ).tuples().all()
+    foreign = policy.foreign_spans(session, job, [gpu.id for _, gpu in links], now=now) if links else {}
     for link, gpu in links:
         window = link_window(job, link, now=now)
+        if window is not None:
+            window = policy.clip_window(window, link, foreign.get(gpu.id, []))
         if window is not None:
             out.append((gpu, *window))
     return out

@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from server.auth import policy
 from server.auth.service import Principal
 from server.db import dialect_insert
 from server.errors import Forbidden, InvalidInput, NotFound
@@ -80,14 +81,15 @@ def get_visible_jobs(session: Session, *, job_ids: list[str], principal: Princip
 
 
 def get_writable_job(session: Session, *, job_id: str, principal: Principal) -> Job:
-    """The job a framework-event or trace writer may write to; created (running) if it does not exist yet."""
+    """The job a framework-event or trace writer may write to (server.auth.policy.may_write_job); created
+    (running, of the writer's team or node) if it does not exist yet."""
     job = find_job(session, job_id)
     if job is None:
         job, created = _create_job(session, job_id, team=principal.team if principal.scope == "team" else None,
-                                   state="running", started_at=utcnow())
+                                   node_name=policy.bound_node(principal), state="running", started_at=utcnow())
         if created:
             return job
-    if principal.scope == "team" and job.team != principal.team:
+    if not policy.may_write_job(session, principal, job):
         raise _not_found(job_id)
     return job
 
@@ -124,13 +126,11 @@ def mark_ended(job: Job, *, ts: float, exit_code: int | None, state: str | None)
     return not was_terminal
 
 
-def _authorise_update(job: Job, data: JobCreate, *, principal: Principal, team: str | None,
-                      node_bound: bool) -> None:
+def _authorise_update(session: Session, job: Job, data: JobCreate, *, principal: Principal,
+                      team: str | None) -> None:
     """May `principal` update the existing `job` with `data`? Moves it to `team` where that is allowed."""
-    if principal.scope == "team" and job.team not in (None, principal.team):
-        raise _not_found(data.job_id)
-    if node_bound and job.node_name != principal.node:
-        # A node's agent sees and updates only the jobs of its own node.
+    if not policy.may_write_job(session, principal, job):
+        # Another team's job, or (a node's agent) a job of another node: as if it did not exist.
         raise _not_found(data.job_id)
     if team is not None and team != job.team:
         # Moving an owned job to another team would hand its data over: operators only (agents may claim
@@ -147,17 +147,16 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
         if team is not None and team != principal.team:
             raise Forbidden(f"a token of team {principal.team!r} cannot register jobs for team {team!r}")
         team = principal.team
-    node_bound = principal.scope == "agent" and principal.node not in (None, "*")
-    if node_bound and data.node is not None and data.node != principal.node:
-        raise Forbidden(f"this agent token writes for node {principal.node!r}, not {data.node!r}")
+    if data.node is not None:
+        policy.require_node(principal, data.node)
     job = find_job(session, data.job_id)
     if job is None:
         job, created = _create_job(session, data.job_id, team=team, state="pending",
-                                   node_name=principal.node if node_bound else None)
+                                   node_name=policy.bound_node(principal))
         if not created:  # a concurrent request registered it first: this is an update after all
-            _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
+            _authorise_update(session, job, data, principal=principal, team=team)
     else:
-        _authorise_update(job, data, principal=principal, team=team, node_bound=node_bound)
+        _authorise_update(session, job, data, principal=principal, team=team)
     # A job the server ended (lost) that its scheduler now reports ended becomes terminal again, in its own words;
     # reported running again, it has no end (the server's guess was wrong).
     was_lost = job.state == LOST
@@ -194,15 +193,33 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
     if data.gpu_uuids:
         if not data.node:
             raise InvalidInput("gpu_uuids needs `node`: GPU UUIDs are resolved per node")
-        for gpu_id in ensure_gpus(session, node=data.node, uuids=data.gpu_uuids).values():
-            link = session.scalars(select(JobGpu).where(JobGpu.job_pk == job.id, JobGpu.gpu_id == gpu_id)).first()
-            if link is None:
-                session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, source="registered"))
-            else:
-                link.source = "registered"
-                link.first_seen_at = None  # the job's start; last_seen_at still says when its processes were seen
-        session.flush()
+        _attach_gpus(session, job, node=data.node, uuids=data.gpu_uuids, principal=principal)
     return job, (job.state in TERMINAL_STATES and not was_terminal)
+
+
+def _attach_gpus(session: Session, job: Job, *, node: str, uuids: list[str], principal: Principal) -> None:
+    """Bind GPUs of `node` to `job` as server.auth.policy allows: the node's agent or an operator registers them
+    (creating GPUs its agent has not reported yet); a team only those the agent attributed to the team."""
+    links = {link.gpu_id: link for link in session.scalars(select(JobGpu).where(JobGpu.job_pk == job.id))}
+    if policy.may_create_inventory(principal, node):
+        for gpu_id in ensure_gpus(session, node=node, uuids=uuids).values():
+            link = links.get(gpu_id)
+            if link is None:
+                session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, source=policy.REGISTERED))
+            else:
+                link.source = policy.REGISTERED
+                link.first_seen_at = None  # the job's start; last_seen_at still says when its processes were seen
+    else:
+        for gpu_id, first, last in policy.team_attribution(session, principal=principal, job=job, node=node,
+                                                           uuids=uuids).values():
+            link = links.get(gpu_id)
+            if link is None:
+                session.add(JobGpu(job_pk=job.id, gpu_id=gpu_id, source=policy.TEAM, first_seen_at=first,
+                                   last_seen_at=last))
+            elif link.source == policy.TEAM:
+                link.first_seen_at, link.last_seen_at = first, last
+            # else the agent's (process) or an operator's (registered) word stands
+    session.flush()
 
 
 def gpu_uuids_of(session: Session, job_pks: list[int]) -> dict[int, list[str]]:

@@ -215,7 +215,8 @@ def hooks_job(live_server, make_token, real_data):  # type: ignore[no-untyped-de
             batch["samples"]["energy_counter_j"] = [1e6 + 150.0 * (j // 2) for j in range(len(batch["samples"]["ts"]))]
         _post_gz(f"{live_server}/api/v1/ingest/samples", make_token("agent", node=node), batch)
     uuids = ["GPU-hooks-node-0", "GPU-hooks-node-1"]
-    r = httpx.post(f"{live_server}/api/v1/jobs", headers=auth(team), timeout=30, json={
+    # registered by an operator: a team token may attach only GPUs the agent attributed to it (issue 15)
+    r = httpx.post(f"{live_server}/api/v1/jobs", headers=auth(operator), timeout=30, json={
         "job_id": "hooks-job", "team": "vision", "node": "hooks-node", "gpu_uuids": uuids, "state": "finished",
         "started_at": t0, "ended_at": t0 + HOOKS_SAMPLES_S - 1, "name": "resnet with hooks", "batch_size": 32})
     r.raise_for_status()

@@ -21,9 +21,13 @@ def test_processes_section_lists_the_jobs_processes_and_co_tenants() -> None:
                                         "attribution": "env:FLEETPROF_JOB_ID", "peak_used_bytes": 31 * 2**30,
                                         "first_seen": 1.7e9, "last_seen": 1.7e9 + 60},
                                        {"pid": 777, "gpu_uuid": "GPU-0", "job_id": None, "attribution": None,
-                                        "peak_used_bytes": 2**30, "first_seen": 1.7e9, "last_seen": 1.7e9 + 5}]}}
+                                        "peak_used_bytes": 2**30, "first_seen": 1.7e9, "last_seen": 1.7e9 + 5},
+                                       {"pid": 778, "gpu_uuid": "GPU-0", "job_id": None, "whose": "another job",
+                                        "attribution": "env:SLURM_JOB_ID", "peak_used_bytes": 2**30,
+                                        "first_seen": 1.7e9, "last_seen": 1.7e9 + 5}]}}
     text = str(processes_section(report).to_plotly_json())
     assert "31.00 GiB" in text and "this job" in text and "unattributed" in text and "env:FLEETPROF_JOB_ID" in text
+    assert "another job" in text
     empty = str(processes_section({"memory": {}}).to_plotly_json())
     assert "no per-process rows" in empty and "unknown" in empty
 

@@ -26,7 +26,8 @@ def job_with_steps(api, make_token):  # type: ignore[no-untyped-def]
     batch = sample_batch(node="n", n=600, gpus=2, t0=t0)
     batch["samples"]["energy_counter_j"] = [1e5 + 100.0 * (k // 2) for k in range(len(batch["samples"]["ts"]))]
     _ingest(api, make_token("agent", node="n"), "/api/v1/ingest/samples", batch)
-    r = api.post("/api/v1/jobs", headers=auth(team), json={
+    # registered by an operator: a team token may attach only GPUs the agent attributed to it (issue 15)
+    r = api.post("/api/v1/jobs", headers=auth(make_token("operator")), json={
         "job_id": "j", "team": "t", "node": "n", "gpu_uuids": ["GPU-n-0", "GPU-n-1"], "state": "finished",
         "started_at": t0, "ended_at": t0 + 599})
     assert r.status_code == 200, r.text

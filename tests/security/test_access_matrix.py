@@ -3,7 +3,10 @@
 The endpoints are read from `app.openapi()`, so a new route is exercised here the day it is added. Its access rule
 must then be written in ACCESS below (PRODUCT.md's "who" column); until it is, the test fails and says so.
 Expected: missing or bad token → 401; a scope the route does not admit → 403; another team's job → 404, and no
-response to a caller ever carries data of a team it does not belong to.
+response to a caller ever carries data of a team it does not belong to. Issue 15: an agent token writes only for
+its node (samples naming another node → 403; a job of another node → 404, as if it did not exist); GPUs are
+attached to a job by their node's agent or an operator, or by a team where the agent attributed them to the team;
+only agents and operators create nodes and GPUs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ RERUN_OF = {"alpha": "job-alpha-2", "beta": "job-beta-2"}  # a second run per te
 # Strings that exist only in one team's job: a response to the other team carrying one is a leak.
 MARKER = {"alpha": "alpha-confidential-7f3a", "beta": "beta-confidential-c91e"}
 NODE, OTHER_NODE = "node-x", "node-y"
+GPU_OF = {"alpha": f"GPU-{NODE}-0", "beta": f"GPU-{NODE}-1"}  # attributed to the team's job by NODE's agent
+OTHER_NODE_JOB = "job-beta-y"  # beta's job on OTHER_NODE, whose GPU-node-y-0 that node's agent attributed to it
 
 PUBLIC = "public"           # anyone, token or not
 JOB_READ = ("team", "scheduler", "operator")
@@ -36,7 +41,7 @@ class Rule:
 
     scopes: tuple[str, ...] | str
     team_bound: bool = False
-    node_bound: bool = False  # an agent token writes only for its node (else 403)
+    node_bound: bool = False  # an agent token writes only for its node (else 403; a job of another node: 404)
 
 
 # PRODUCT.md, "REST contract v1", the "who" column (and the dashboard's extra read routes).
@@ -46,8 +51,8 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz/broker"): Rule(PUBLIC),
     ("GET", "/metrics"): Rule(PUBLIC),
     ("POST", "/api/v1/ingest/samples"): Rule(("agent",), node_bound=True),
-    ("POST", "/api/v1/ingest/events"): Rule(("agent", "team"), team_bound=True),
-    ("POST", "/api/v1/jobs"): Rule(("team", "agent"), team_bound=True),
+    ("POST", "/api/v1/ingest/events"): Rule(("agent", "team"), team_bound=True, node_bound=True),
+    ("POST", "/api/v1/jobs"): Rule(("team", "agent"), team_bound=True, node_bound=True),
     ("GET", "/api/v1/jobs"): Rule(JOB_READ),
     ("GET", "/api/v1/jobs/compare"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}"): Rule(JOB_READ, team_bound=True),
@@ -57,7 +62,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/steps"): Rule(JOB_READ, team_bound=True),
-    ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True),
+    ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True, node_bound=True),
     ("POST", "/api/v1/estimate"): Rule(("scheduler", "team")),
     ("GET", "/api/v1/fleet/summary"): Rule(()),
     ("GET", "/api/v1/fleet/rollups"): Rule(()),
@@ -84,6 +89,7 @@ class Call:
     content: bytes | None = None
     job_team: str | None = None   # the team whose job the call targets
     node: str | None = None       # the node the call writes for
+    expect: dict[str, int] | None = None  # per admitted scope, where the rules above do not say it all
 
 
 def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
@@ -97,14 +103,30 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
             out.append(Call(method, template, json=sample_batch(node=node, agent_id=f"m-{node}", seq=seq[0], n=2,
                                                                  t0=now - 60), node=node))
     elif template == "/api/v1/ingest/events":
-        for team in teams:
+        for team, job_id, node in (("alpha", JOB_OF["alpha"], NODE), ("beta", JOB_OF["beta"], NODE),
+                                   ("beta", OTHER_NODE_JOB, OTHER_NODE)):
             seq[0] += 1
-            out.append(Call(method, template, job_team=team, json={
+            out.append(Call(method, template, job_team=team, node=node, json={
                 "protocol_version": PROTOCOL_VERSION, "source_id": "matrix", "seq": seq[0], "sent_at": now,
-                "events": [{"kind": "step", "job_id": JOB_OF[team], "ts": now - 30, "step": seq[0], "wall_s": 0.1}]}))
+                "events": [{"kind": "step", "job_id": job_id, "ts": now - 30, "step": seq[0], "wall_s": 0.1}]}))
     elif (method, template) == ("POST", "/api/v1/jobs"):
         for team in teams:
-            out.append(Call(method, template, job_team=team, json={"job_id": JOB_OF[team], "framework": "pytorch"}))
+            out.append(Call(method, template, job_team=team, node=NODE,
+                            json={"job_id": JOB_OF[team], "framework": "pytorch"}))
+        out.append(Call(method, template, job_team="beta", node=OTHER_NODE,
+                        json={"job_id": OTHER_NODE_JOB, "framework": "pytorch"}))
+        # Attaching GPUs (to the reruns, so that what an operator attaches leaves the jobs read above alone).
+        own, foreign = {"job_id": RERUN_OF["alpha"], "node": NODE, "gpu_uuids": [GPU_OF["alpha"]]}, \
+            {"job_id": RERUN_OF["alpha"], "node": OTHER_NODE, "gpu_uuids": [f"GPU-{OTHER_NODE}-0"]}
+        out.append(Call(method, template, job_team="alpha", json=own,
+                        expect={"agent": 200, "team_a": 200, "team_b": 404, "operator": 200}))
+        # beta's GPU on another node: not alpha's to attach, nor NODE's agent's
+        out.append(Call(method, template, job_team="alpha", json=foreign,
+                        expect={"agent": 403, "team_a": 403, "team_b": 404, "operator": 200}))
+        # a node and GPU no agent reported: only an operator creates them
+        out.append(Call(method, template, job_team="alpha", json={
+            "job_id": RERUN_OF["alpha"], "node": "node-phantom", "gpu_uuids": ["GPU-node-phantom-0"]},
+            expect={"agent": 403, "team_a": 403, "team_b": 404, "operator": 200}))
     elif (method, template) == ("GET", "/api/v1/jobs"):
         out.append(Call(method, template))
         out.append(Call(method, template, params={"team": "beta"}))
@@ -116,10 +138,13 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
         for team in teams:
             out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))
     elif "{job_id}" in template:
+        if template.endswith("/traces"):
+            out.append(Call(method, template.replace("{job_id}", OTHER_NODE_JOB), content=KINETO, job_team="beta",
+                            node=OTHER_NODE, params={"filename": "t.json"}))
         for team in teams:
             path = template.replace("{job_id}", JOB_OF[team])
             if template.endswith("/traces"):
-                out.append(Call(method, path, content=KINETO, job_team=team, params={"filename": "t.json"}))
+                out.append(Call(method, path, content=KINETO, job_team=team, node=NODE, params={"filename": "t.json"}))
             elif template.endswith(("/timeseries", "/timeseries/batch")):
                 out.append(Call(method, path, params={"metric": "memory_used_bytes"}, job_team=team))
             else:
@@ -142,7 +167,9 @@ def _expected(rule: Rule, scope: str, call: Call) -> set[int]:
     if kind == "team" and rule.team_bound and call.job_team not in (None, TEAM_OF[scope]):
         return {404}
     if kind == "agent" and rule.node_bound and call.node not in (None, NODE):
-        return {403}
+        return {404} if call.job_team else {403}  # another node's job is as if it did not exist
+    if call.expect is not None and scope in call.expect:
+        return {call.expect[scope]}
     if call.method == "POST" and call.json == {}:
         return {200, 422}  # admitted; the empty body this test sends may be refused as invalid
     return {200}
@@ -155,20 +182,33 @@ def seeded(api, make_token):
               "team_b": make_token("team", team="beta"), "scheduler": make_token("scheduler"),
               "operator": make_token("operator")}
     now = time.time()
-    r = api.post("/api/v1/ingest/samples", json=sample_batch(node=NODE, agent_id="seed", n=20, t0=now - 120),
-                 headers=auth(tokens["agent"]))
+    # Each team's job on a GPU of its own, attributed by the node's agent (the processes' FLEETPROF_JOB_ID);
+    # beta's job on the other node too.
+    for node, agent, jobs in ((NODE, tokens["agent"], {GPU_OF[t]: JOB_OF[t] for t in JOB_OF}),
+                              (OTHER_NODE, make_token("agent", node=OTHER_NODE),
+                               {f"GPU-{OTHER_NODE}-0": OTHER_NODE_JOB})):
+        batch = sample_batch(node=node, agent_id=f"seed-{node}", n=20, t0=now - 120, gpus=len(jobs))
+        cols = batch["samples"]
+        batch["processes"] = {"ts": cols["ts"], "gpu_uuid": cols["gpu_uuid"], "pid": [7] * len(cols["ts"]),
+                              "used_memory_bytes": [2**30] * len(cols["ts"]),
+                              "job_id": [jobs[u] for u in cols["gpu_uuid"]]}
+        r = api.post("/api/v1/ingest/samples", json=batch, headers=auth(agent))
+        assert r.status_code == 200, r.text
+    r = api.post("/api/v1/jobs", headers=auth(tokens["team_b"]), json={
+        "job_id": OTHER_NODE_JOB, "team": "beta", "node": OTHER_NODE, "gpu_uuids": [f"GPU-{OTHER_NODE}-0"],
+        "state": "running", "started_at": now - 120})
     assert r.status_code == 200, r.text
     for scope, team in TEAM_OF.items():
         r = api.post("/api/v1/jobs", headers=auth(tokens[scope]), json={
             "job_id": JOB_OF[team], "team": team, "name": MARKER[team], "command": f"python {MARKER[team]}.py",
-            "node": NODE, "gpu_uuids": [f"GPU-{NODE}-{0 if team == 'alpha' else 1}"], "state": "running",
+            "node": NODE, "gpu_uuids": [GPU_OF[team]], "state": "running",
             "started_at": now - 120, "metadata": {"secret": MARKER[team]}})
         assert r.status_code == 200, r.text
         r = api.post(f"/api/v1/jobs/{JOB_OF[team]}/traces", content=KINETO, headers=auth(tokens[scope]))
         assert r.status_code == 200, r.text
         r = api.post("/api/v1/jobs", headers=auth(tokens[scope]), json={
             "job_id": RERUN_OF[team], "team": team, "name": MARKER[team], "node": NODE, "state": "finished",
-            "gpu_uuids": [f"GPU-{NODE}-{0 if team == 'alpha' else 1}"], "started_at": now - 120, "ended_at": now - 60})
+            "gpu_uuids": [GPU_OF[team]], "started_at": now - 120, "ended_at": now - 60})
         assert r.status_code == 200, r.text
     tokens["bad"] = "fp_" + "x" * 43
     return tokens
@@ -223,7 +263,7 @@ def test_team_listing_shows_only_its_own_jobs(api, seeded):
             assert {j["team"] for j in body["items"]} <= {team}, (scope, params, body)
             assert body["total"] == len(body["items"])
     both = api.get("/api/v1/jobs", headers=auth(seeded["scheduler"])).json()
-    assert {j["job_id"] for j in both["items"]} == set(JOB_OF.values()) | set(RERUN_OF.values())
+    assert {j["job_id"] for j in both["items"]} == set(JOB_OF.values()) | set(RERUN_OF.values()) | {OTHER_NODE_JOB}
 
 
 def test_an_agent_cannot_move_a_job_to_another_team(api, seeded):
