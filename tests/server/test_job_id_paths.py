@@ -29,13 +29,14 @@ def _post_gz(api, token: str, path: str, payload: object) -> None:  # type: igno
 
 def seed(api, make_token, job_ids: list[str]) -> str:  # type: ignore[no-untyped-def]
     """Each id a finished job of team t on a node of its own: 60 s of samples on 1 GPU and 10 steps."""
-    team = make_token("team", team="t")
+    team, operator = make_token("team", team="t"), make_token("operator")
     t0 = time.time() - 3600
     for i, job_id in enumerate(job_ids):
         node = f"n{i}"
         _post_gz(api, make_token("agent", node=node), "/api/v1/ingest/samples",
                  sample_batch(node=node, agent_id=f"a{i}", n=60, gpus=1, t0=t0))
-        r = api.post("/api/v1/jobs", headers=auth(team), json={
+        # registered by an operator: a team token may attach only GPUs the agent attributed to it (issue 15)
+        r = api.post("/api/v1/jobs", headers=auth(operator), json={
             "job_id": job_id, "team": "t", "name": "train", "node": node, "gpu_uuids": [f"GPU-{node}-0"],
             "state": "finished", "started_at": t0, "ended_at": t0 + 59})
         assert r.status_code == 200 and r.json()["job_id"] == job_id, r.text
