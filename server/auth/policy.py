@@ -60,14 +60,25 @@ def require_node(principal: Principal, node: str) -> None:
 
 def may_write_job(session: Session, principal: Principal, job: Job) -> bool:
     """May `principal` write to `job` (events, traces, updates)? Teams: their own team's jobs and jobs nobody
-    owns yet; agents bound to a node: the jobs running there (the job's node, or a GPU of the node)."""
-    if principal.scope == "team" and job.team not in (None, principal.team):
-        return False
+    owns that no agent has seen run (a job an agent observed, a Slurm or Kubernetes job by its id, is some team's
+    whose name the agent does not know: letting the first team to name it claim it would hand over its telemetry;
+    its node's agent (the Slurm prolog) or an operator says whose it is); agents bound to a node: the jobs running
+    there (the job's node, or a GPU of the node)."""
+    if principal.scope == "team":
+        if job.team is None:
+            return not observed_by_agent(session, job)
+        if job.team != principal.team:
+            return False
     node = bound_node(principal)
     if node is None or job.node_name == node:
         return True
     return bool(session.scalar(select(exists().where(
         JobGpu.job_pk == job.id, JobGpu.gpu_id == Gpu.id, Gpu.node_id == Node.id, Node.name == node))))
+
+
+def observed_by_agent(session: Session, job: Job) -> bool:
+    """Has an agent attributed processes on some GPU to `job`?"""
+    return bool(session.scalar(select(exists().where(JobGpu.job_pk == job.id, JobGpu.source == PROCESS))))
 
 
 def may_create_inventory(principal: Principal, node: str) -> bool:

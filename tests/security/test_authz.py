@@ -179,13 +179,19 @@ def test_an_agent_attaches_only_its_own_nodes_gpus(api, beta_on_n2):
     post_ok(api, "/api/v1/jobs", t["n2"], {"job_id": "n2-job", "node": "n2", "gpu_uuids": ["GPU-n2-0"]})
 
 
-@pytest.mark.xfail(strict=True, reason="open: a team may claim a job an agent observed and nobody registered (a "
-                                       "Slurm or Kubernetes job of another team), and then read its telemetry")
 def test_a_team_cannot_claim_a_job_only_an_agent_has_seen(api, beta_on_n2):
-    # The agent knows the job's id (SLURM_JOB_ID), not its team; the first team to register the id owns it. Closing
-    # this is a product decision (claims by operators only? by the Slurm account?), left for the issue.
+    # The agent knows the job's id (SLURM_JOB_ID), not its team: the first team to name the id must not own it and
+    # its telemetry. Its node's agent (the Slurm prolog, with the job's account) or an operator says whose it is.
     t = beta_on_n2
     post_ok(api, "/api/v1/ingest/samples", t["n2"], telemetry(node="n2", seq=5, t0=t["t0"] + 100, n=30, mem_mib=555,
                                                                 job_id="slurm:4242", pid=500))
     r = api.post("/api/v1/jobs", json={"job_id": "slurm:4242", "team": "alpha"}, headers=auth(t["alpha"]))
     assert r.status_code in (403, 404), r.text
+    assert api.get("/api/v1/jobs/slurm:4242", headers=auth(t["alpha"])).status_code == 404
+    steps = {"protocol_version": 1, "source_id": "hooks-x", "seq": 0, "sent_at": t["t0"] + 200,
+             "events": [{"kind": "step", "job_id": "slurm:4242", "step": 0, "ts": t["t0"] + 110, "wall_s": 1.0}]}
+    assert api.post("/api/v1/ingest/events", json=steps, headers=auth(t["alpha"])).status_code in (403, 404)
+    # the operator says whose it is; then that team reads it, and the other still does not
+    post_ok(api, "/api/v1/jobs", t["op"], {"job_id": "slurm:4242", "team": "beta"})
+    assert api.get("/api/v1/jobs/slurm:4242", headers=auth(t["beta"])).status_code == 200
+    assert api.get("/api/v1/jobs/slurm:4242", headers=auth(t["alpha"])).status_code == 404
