@@ -13,7 +13,6 @@ import sys
 from typing import Any
 
 from agent.cli.common import add_server_arguments, client_transport
-from agent.transport import TransportError
 from fleetprof import units
 from fleetprof.errors import CliError
 
@@ -100,9 +99,6 @@ def format_table(est: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     req = build_request(args)
     with client_transport(args.server, args.token, timeout_s=args.timeout + 30) as t:
-        try:
-            est = t.request("POST", "/api/v1/estimate", json_body=req, params={"timeout_s": args.timeout}).body
-        except TransportError as exc:
-            raise CliError(str(exc)) from None
+        est = t.request("POST", "/api/v1/estimate", json_body=req, params={"timeout_s": args.timeout}).body
     sys.stdout.write(json.dumps(est, indent=2) + "\n" if args.format == "json" else format_table(est))
     return 0
