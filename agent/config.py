@@ -45,8 +45,10 @@ class AgentSettings(BaseSettings):
     # Inside a Slurm allocation (Slurm's own variable, not ours): `fleetprof run` takes slurm:<id> as its job id.
     slurm_job_id: str | None = Field(default=None, validation_alias=AliasChoices("SLURM_JOB_ID", "slurm_job_id"))
     # `fleetprof slurm epilog`: the token its summary reads the report with (a scheduler token: agent tokens write
-    # but cannot read reports); default FLEETPROF_TOKEN. The dashboard's URL, for the summary's link to the job.
+    # but cannot read reports); default FLEETPROF_TOKEN.
     slurm_report_token: str | None = None
+    # The dashboard's URL: the Slurm summary and `fleetprof run`'s summary link to the job's page there (unset: to
+    # the API's HTML report).
     dashboard_url: str | None = None
 
 
