@@ -206,3 +206,38 @@ def test_run_ends_with_a_summary_on_stderr(env, live_server):
     gone = {**env, "FLEETPROF_SERVER_URL": f"http://127.0.0.1:{free_port()}"}
     r = cli(gone, "run", "--job-id", "sum-3", "--no-hooks", "--", *job)
     assert r.returncode == 0 and r.stdout == "trained\n" and "fleetprof run: job sum-3" not in r.stderr
+
+
+@pytest.mark.parametrize(("status", "code"), [
+    (None, ExitCode.UNAVAILABLE), (408, ExitCode.UNAVAILABLE), (429, ExitCode.UNAVAILABLE),
+    (500, ExitCode.UNAVAILABLE), (503, ExitCode.UNAVAILABLE), (404, ExitCode.NOT_FOUND), (401, ExitCode.AUTH),
+    (403, ExitCode.AUTH), (400, ExitCode.REJECTED), (409, ExitCode.REJECTED), (413, ExitCode.REJECTED),
+    (422, ExitCode.REJECTED),
+])
+def test_http_status_to_exit_code(status, code):
+    from fleetprof.errors import exit_code_for_status
+
+    assert exit_code_for_status(status) == code
+
+
+def test_progress_draws_at_most_ten_times_a_second_and_ends_its_line():
+    import io
+
+    from fleetprof.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    now = [0.0]
+    stream = Tty()
+    with Progress("replay j", 1000, unit="samples", stream=stream, clock=lambda: now[0]) as bar:
+        for done in range(1, 1001):
+            now[0] += 0.001  # 1,000 updates in 1 s
+            bar.update(done)
+    drawn = stream.getvalue()
+    assert 10 <= drawn.count("\r") <= 12 and drawn.endswith("100.0 % 1,000/1,000 samples\n")
+    quiet = io.StringIO()  # not a terminal: nothing at all
+    with Progress("replay j", 10, stream=quiet) as bar:
+        bar.update(10)
+    assert quiet.getvalue() == ""
