@@ -138,9 +138,9 @@ def test_completion_scripts_parse_and_complete(cli_env, tmp_path):
     script.write_text(bash.stdout)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
 
-    def complete(*words: str) -> list[str]:
+    def complete(*words: str, setup: str = "") -> list[str]:
         line = " ".join(f"'{w}'" for w in words)
-        probe = (f"source {script}; COMP_WORDS=({line}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); "
+        probe = (f"{setup}source {script}; COMP_WORDS=({line}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); "
                  "_fleetprof; printf '%s\\n' \"${COMPREPLY[@]}\"")
         r = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
@@ -152,6 +152,9 @@ def test_completion_scripts_parse_and_complete(cli_env, tmp_path):
     assert complete("fleetprof", "token", "create", "--team", "ab", "--sc") == ["--scope"]
     assert "--retry-for" in complete("fleetprof", "replay", "f.csv", "--")
     assert complete("fleetprof", "run", "--", "py") == []  # the command's own words: the shell's default
+    # ... or, with bash-completion loaded, the command's own completion from the word after `--` (stubbed here)
+    offset = '_command_offset() { COMPREPLY=("from-word-$1"); }; '
+    assert complete("fleetprof", "run", "--job-id", "x", "--", "py", setup=offset) == ["from-word-5"]
     assert complete("fleetprof", "--ver") == ["--version"]
 
     zsh = cli(cli_env, "completion", "zsh")
