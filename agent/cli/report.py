@@ -9,6 +9,7 @@ from typing import Any
 from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.cli.tables import recommendation_lines, record_lines, section_lines
 from fleetprof import units
+from fleetprof.errors import CliError
 from fleetprof.jobid import job_path
 from fleetprof.output import json_text
 
@@ -51,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
             report = t.request("GET", path, params=params).body
             text = json_text(report) if args.format == "json" else format_table(report)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.output}: {exc.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0

@@ -73,6 +73,7 @@ def test_each_failure_has_its_exit_code(env, make_token, tmp_path):
     expect(ExitCode.USAGE, "report", "codes-1", environ={k: v for k, v in env.items() if k != "FLEETPROF_TOKEN"},
            says="FLEETPROF_TOKEN")
     expect(ExitCode.USAGE, "import-trace", "codes-1", str(tmp_path / "missing.json"), says="cannot read")
+    expect(ExitCode.USAGE, "report", "codes-1", "-o", str(tmp_path / "no" / "dir.txt"), says="cannot write")
     expect(ExitCode.NOT_FOUND, "report", "no-such-job", says="404")
     expect(ExitCode.NOT_FOUND, "rightsizing", "--name", "nope", says="404")
     expect(ExitCode.AUTH, "report", "codes-1", environ={**env, "FLEETPROF_TOKEN": "fp_not-a-token"}, says="401")
