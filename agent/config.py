@@ -47,7 +47,9 @@ class AgentSettings(BaseSettings):
     # `fleetprof slurm epilog`: the token its summary reads the report with (a scheduler token: agent tokens write
     # but cannot read reports); default FLEETPROF_TOKEN.
     slurm_report_token: str | None = None
-    dashboard_url: str | None = None  # the dashboard's URL, for links to a job (Slurm epilog summary); unset: the API's
+    # The dashboard's URL: the Slurm summary and `fleetprof run`'s summary link to the job's page there (unset: to
+    # the API's HTML report).
+    dashboard_url: str | None = None
 
 
 def load_settings(**overrides: Any) -> AgentSettings:

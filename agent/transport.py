@@ -13,7 +13,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 
 log = logging.getLogger(__name__)
+
+UPLOAD_CHUNK_BYTES = 256 * 1024  # how often an upload with a progress callback reports (a 200 MB trace: ~800 times)
 
 
 class TransportError(Exception):
@@ -77,6 +79,13 @@ def _error_message(resp: httpx.Response) -> str:
     return f"{resp.request.method} {resp.request.url.path} -> HTTP {resp.status_code}: {detail}"
 
 
+def _chunks(body: bytes, progress: Callable[[int], None]) -> Iterator[bytes]:
+    view = memoryview(body)
+    for start in range(0, len(body), UPLOAD_CHUNK_BYTES):
+        yield bytes(view[start:start + UPLOAD_CHUNK_BYTES])
+        progress(min(len(body), start + UPLOAD_CHUNK_BYTES))
+
+
 class Transport:
     """A keep-alive HTTP client bound to one server URL and one token."""
 
@@ -104,9 +113,11 @@ class Transport:
 
     def request(self, method: str, path: str, *, json_body: Any = None, raw_body: bytes | None = None,
                 content_type: str = "application/json", params: dict[str, Any] | None = None,
-                compress: bool = True) -> Response:
+                compress: bool = True, progress: Callable[[int], None] | None = None) -> Response:
+        """One request. `progress(bytes_sent)` is called as the body goes out (a body sent in chunks, with its
+        Content-Length, so the server sees the same request)."""
         headers = self._headers()
-        content: bytes | None = None
+        content: bytes | Iterator[bytes] | None = None
         if json_body is not None:
             raw_body = json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
         if raw_body is not None:
@@ -116,6 +127,9 @@ class Transport:
                 headers["Content-Encoding"] = "gzip"
             else:
                 content = raw_body
+            if progress is not None:
+                headers["Content-Length"] = str(len(content))
+                content = _chunks(content, progress)
         try:
             resp = self._client.request(method, self.server_url + path, content=content, headers=headers,
                                         params=params)

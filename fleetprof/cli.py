@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from fleetprof.errors import CliError
+from fleetprof.errors import CliError, ExitCode
 
 # subcommand -> module that provides `add_arguments(parser)` and `run(args) -> int`
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -30,11 +31,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("agent.cli.replay", "send a recorded telemetry file through the ingest API"),
     "import-trace": ("agent.cli.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
     "estimate": ("agent.cli.estimate", "pre-training memory/time/energy estimate"),
+    "completion": ("fleetprof.completion", "print a shell completion script: `fleetprof completion bash|zsh`"),
 }
+
+
+def version() -> str:
+    """The installed package's version (importlib.metadata), "unknown" when run from a tree never installed."""
+    try:
+        return importlib.metadata.version("fleetprof")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetprof", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"fleetprof {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -45,17 +56,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(only=command if command in COMMANDS else None)
+    # Only the named command's module is imported ("" for none: `--version`, `--help`, a misspelt command).
+    command = next((a for a in argv if not a.startswith("-")), "")
+    parser = build_parser(only=command)
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
     except CliError as exc:
         print(f"fleetprof {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return int(exc.code)
     except KeyboardInterrupt:
-        return 130
+        return int(ExitCode.INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from agent.cli.common import add_server_arguments, client_transport
-from agent.transport import TransportError
 from fleetprof import units
 from fleetprof.errors import CliError
 
@@ -143,11 +142,8 @@ def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
 
 def _send(args: argparse.Namespace, method: str, path: str, body: dict[str, Any], **params: Any) -> Any:
     with client_transport(args.server, args.token, timeout_s=args.timeout + 30) as t:
-        try:
-            # uncompressed: only the ingest routes read gzip bodies (an estimate with its GPUs is ~10 KB)
-            return t.request(method, path, json_body=body, params=params or None, compress=False).body
-        except TransportError as exc:
-            raise CliError(str(exc)) from None
+        # uncompressed: only the ingest routes read gzip bodies (an estimate with its GPUs is ~10 KB)
+        return t.request(method, path, json_body=body, params=params or None, compress=False).body
 
 
 def run(args: argparse.Namespace) -> int:

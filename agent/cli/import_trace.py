@@ -2,20 +2,25 @@
 
 Kineto traces (`.json`, `.json.gz`, one file per rank) are sent as they are. A CUDA memory snapshot (the pickle
 written by `torch.cuda.memory._dump_snapshot`) is converted to JSON HERE, with an unpickler that loads no
-classes, because the server never unpickles uploads.
+classes, because the server never unpickles uploads. On a terminal a progress bar shows each upload's bytes
+(stderr); `--format json` prints the server's answer for every file as one JSON object on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import sys
 from pathlib import Path
 
-from agent.cli.common import add_server_arguments, checked_job_id, client_transport
+from agent.cli.common import add_server_arguments, checked_job_id, client_transport, transport_failure
 from agent.transport import TransportError
+from fleetprof import units
 from fleetprof.errors import CliError
 from fleetprof.jobid import job_path
+from fleetprof.output import add_format_argument, write_json
+from fleetprof.progress import Progress
 
 PICKLE_MAGIC = b"\x80"
 
@@ -24,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id")
     parser.add_argument("files", nargs="+", metavar="FILE", help="Kineto trace(s) or snapshot pickle/JSON")
     parser.add_argument("--rank", type=int, help="rank of a single trace without distributedInfo")
+    add_format_argument(parser)
     add_server_arguments(parser)
 
 
@@ -35,8 +41,6 @@ def _payload(path: Path) -> bytes:
     head = gzip.decompress(raw)[:1] if raw[:2] == b"\x1f\x8b" else raw[:1]
     if head != PICKLE_MAGIC:
         return raw if raw[:2] == b"\x1f\x8b" else gzip.compress(raw, compresslevel=5)
-    import json
-
     from agent.snapshot import SnapshotFormatError, snapshot_to_json
 
     try:
@@ -48,6 +52,7 @@ def _payload(path: Path) -> bytes:
 
 def run(args: argparse.Namespace) -> int:
     path_of_traces = job_path(checked_job_id(args.job_id), "traces")
+    uploads = []
     with client_transport(args.server, args.token) as t:
         for name in args.files:
             path = Path(name)
@@ -55,14 +60,18 @@ def run(args: argparse.Namespace) -> int:
             params = {"filename": path.name}
             if args.rank is not None:
                 params["rank"] = str(args.rank)
-            try:
-                resp = t.request("POST", path_of_traces, raw_body=body,
-                                 content_type="application/gzip", params=params,
-                                 compress=False)
-            except TransportError as exc:
-                raise CliError(f"{path}: {exc}") from None
+            with Progress(f"upload {path.name}", len(body), fmt=units.size) as progress:
+                try:
+                    resp = t.request("POST", path_of_traces, raw_body=body, content_type="application/gzip",
+                                     params=params, compress=False,
+                                     progress=progress.update if progress.enabled else None)
+                except TransportError as exc:
+                    raise transport_failure(exc, str(path)) from None
             info = resp.body
+            uploads.append({"file": str(path), "uploaded_bytes": len(body), **info})
             state = "uploaded" if info.get("created") else "already uploaded"
             print(f"{path}: {state} as {info.get('kind')} (rank {info.get('rank')}) for job {args.job_id}",
                   file=sys.stderr)
+    if args.format == "json":
+        write_json({"job_id": args.job_id, "uploads": uploads})
     return 0

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.cli.tables import recommendation_lines, record_lines, section_lines
-from agent.transport import TransportError
 from fleetprof import units
 from fleetprof.errors import CliError
 from fleetprof.jobid import job_path
+from fleetprof.output import json_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,17 +46,17 @@ def run(args: argparse.Namespace) -> int:
     params = {"refresh": "true"} if args.refresh else {}
     path = job_path(checked_job_id(args.job_id), "report")
     with client_transport(args.server, args.token) as t:
-        try:
-            if args.format == "html":
-                text = t.request("GET", path, params={**params, "format": "html"}).body
-            else:
-                report = t.request("GET", path, params=params).body
-                text = json.dumps(report, indent=2) + "\n" if args.format == "json" else format_table(report)
-        except TransportError as exc:
-            raise CliError(str(exc)) from None
+        if args.format == "html":
+            text = t.request("GET", path, params={**params, "format": "html"}).body
+        else:
+            report = t.request("GET", path, params=params).body
+            text = json_text(report) if args.format == "json" else format_table(report)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.output}: {exc.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0

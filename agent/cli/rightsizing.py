@@ -4,15 +4,14 @@ recurring one (GPU type and count, batch size, power cap), with reasons, evidenc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from agent.cli.common import add_server_arguments, checked_job_id, client_transport
 from agent.cli.tables import recommendation_lines, section_lines
-from agent.transport import TransportError
 from fleetprof.errors import CliError
 from fleetprof.jobid import job_path
+from fleetprof.output import json_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,9 +46,6 @@ def run(args: argparse.Namespace) -> int:
         path = "/api/v1/rightsizing"
         params = {"name": args.name, "history": args.history, **({"team": args.team} if args.team else {})}
     with client_transport(args.server, args.token) as t:
-        try:
-            answer = t.request("GET", path, params=params).body
-        except TransportError as exc:
-            raise CliError(str(exc)) from None
-    sys.stdout.write(json.dumps(answer, indent=2) + "\n" if args.format == "json" else format_table(answer))
+        answer = t.request("GET", path, params=params).body
+    sys.stdout.write(json_text(answer) if args.format == "json" else format_table(answer))
     return 0

@@ -1,14 +1,23 @@
-"""`fleetprof run [--job-id ID] [--team T] [--name N] [--no-hooks] -- CMD ...`."""
+"""`fleetprof run [--job-id ID] [--team T] [--name N] [--no-hooks] [--format table|json] -- CMD ...`.
+
+Ends with a summary of the job on stderr (agent.run_summary): a table, or with `--format json` one line of JSON
+(stderr too: stdout is the job's own). None when the server cannot be reached.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
 from agent.cli.common import checked_job_id
-from agent.config import load_settings
+from agent.config import AgentSettings, load_settings
+from agent.run import JobOutcome, JobRunner, default_job_id
+from agent.run_summary import fetch_summary, summary_text
+from agent.transport import Transport
 from fleetprof.errors import CliError
+from fleetprof.output import add_format_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,12 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team", help="team that owns the job (default: FLEETPROF_TEAM)")
     parser.add_argument("--name", help="a human name for the job (default: the program's name)")
     parser.add_argument("--no-hooks", action="store_true", help="do not turn on the PyTorch hooks")
+    add_format_argument(parser, help="the summary printed on stderr when the job ends: table (default) or json "
+                                     "(one line; stdout is the job's own)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
 
 
 def run(args: argparse.Namespace) -> int:
     from agent.protocol import SampleBatch  # noqa: F401 - fail early on a broken install, not after the job
-    from agent.run import JobRunner, default_job_id
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -43,4 +53,16 @@ def run(args: argparse.Namespace) -> int:
                                      hooks=not args.no_hooks)
     if result.state != "finished":
         print(f"fleetprof run: job {job_id} {result.state} (exit status {result.exit_code})", file=sys.stderr)
+    _print_summary(settings, job_id, result, args.format)
     return result.exit_code
+
+
+def _print_summary(settings: AgentSettings, job_id: str, result: JobOutcome, fmt: str) -> None:
+    """The job's summary on stderr; nothing when no server is configured or it does not answer."""
+    if not settings.server_url:
+        return
+    with Transport(settings.server_url, settings.token, timeout_s=settings.http_timeout_s) as transport:
+        summary = fetch_summary(transport, job_id, result, dashboard_url=settings.dashboard_url)
+    if summary is not None:
+        sys.stderr.write(json.dumps(summary.as_json()) + "\n" if fmt == "json" else summary_text(summary))
+        sys.stderr.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from fleetprof.errors import CliError
+from fleetprof.errors import CliError, ExitCode
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -15,11 +15,11 @@ T = TypeVar("T")
 
 def in_session(work: Callable[[Session], T]) -> T:
     """`work(session)` in one transaction on the configured database (the embedded one migrated first); a domain
-    error becomes a one-line CLI error (exit 2)."""
+    error becomes a one-line CLI error."""
     from server.cli.schema import require_schema
     from server.config import get_settings
     from server.db import make_engine, make_sessionmaker, session_scope
-    from server.errors import DomainError
+    from server.errors import DomainError, NotFound
     from server.migrate import upgrade
 
     settings = get_settings()
@@ -30,7 +30,7 @@ def in_session(work: Callable[[Session], T]) -> T:
     try:
         with session_scope(make_sessionmaker(engine)) as session:
             return work(session)
-    except DomainError as exc:
-        raise CliError(exc.message) from None
+    except DomainError as exc:  # the arguments named something that is not there (exit 3), or were refused (2)
+        raise CliError(exc.message, ExitCode.NOT_FOUND if isinstance(exc, NotFound) else ExitCode.USAGE) from None
     finally:
         engine.dispose()

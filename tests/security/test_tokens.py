@@ -114,6 +114,6 @@ def test_tokens_are_listed_without_their_secret_and_revoked_from_the_cli(cli_env
 
     by_token = _cli(cli_env, "revoke", "--token", operator)
     assert by_token.returncode == 0 and "revoked" in by_token.stdout
-    for bad in (["revoke", "999999"], ["revoke", "--token", "fp_not-a-token"], ["revoke"]):
-        r = _cli(cli_env, *bad)
-        assert r.returncode == 2 and "error" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    for bad, code in ((["revoke", "999999"], 3), (["revoke", "--token", "fp_not-a-token"], 3), (["revoke"], 2)):
+        r = _cli(cli_env, *bad)  # not found 3, usage 2 (fleetprof.errors)
+        assert r.returncode == code and "error" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)

@@ -124,7 +124,8 @@ def test_rightsizing_cli_by_job_and_by_name(api, make_token, cli_env, live_serve
     as_json = cli("bert-2", "--format", "json")
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout) == api.get("/api/v1/jobs/bert-2/rightsizing", headers=auth(op)).json()
-    for bad, message in ((("bert-2", "--name", "x"), "one of the two"), ((), "one of the two"),
-                         (("bert-2", "--team", "nlp"), "--team goes with --name"), (("--name", "nope"), "404")):
+    for bad, message, code in ((("bert-2", "--name", "x"), "one of the two", 2), ((), "one of the two", 2),
+                               (("bert-2", "--team", "nlp"), "--team goes with --name", 2),
+                               (("--name", "nope"), "404", 3)):  # usage 2, not found 3 (fleetprof.errors)
         r = cli(*bad)
-        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+        assert r.returncode == code and message in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)

@@ -7,6 +7,7 @@ import argparse
 import functools
 
 from fleetprof.cli import COMMANDS, build_parser
+from fleetprof.errors import EXIT_CODE_MEANINGS
 from tools.gendocs.markdown import code, generated_banner, table
 
 # Usage lines are wrapped at a fixed width so the output does not depend on the terminal it ran in.
@@ -76,10 +77,19 @@ def render() -> str:
         "One entry point, `fleetprof`; every command also has `--help`. Client commands (`run`, `report`, "
         "`rightsizing`, `replay`, `import-trace`, `estimate`) find the server and the token in "
         "`FLEETPROF_SERVER_URL` and `FLEETPROF_TOKEN` ([configuration.md](configuration.md)). Errors go to "
-        "stderr as one line with a non-zero exit (2 for bad input).",
+        "stderr as one line with the exit status below. `--format json` puts the answer alone on stdout (messages "
+        "and progress bars go to stderr; a progress bar only when stderr is a terminal). `fleetprof --version` "
+        "prints the installed version; `source <(fleetprof completion bash)` (or `zsh`) turns on Tab completion.",
         "",
         table(("command", "what it does"),
               [(f"[`fleetprof {n}`](#fleetprof-{n})", h) for n, (_, h) in COMMANDS.items()]),
+        "",
+        "## Exit status",
+        "",
+        "The same for every command (`fleetprof.errors.ExitCode`); `fleetprof run` exits with its command's status "
+        "instead, and `fleetprof slurm` always with 0.",
+        "",
+        table(("status", "meaning"), [(code(str(int(c))), m) for c, m in EXIT_CODE_MEANINGS.items()]),
     ]
     for name, help_text, parser in _subcommands(root):
         parts += ["", *_section(f"fleetprof {name}", help_text, parser)]
