@@ -1,8 +1,9 @@
 """One job's characterization report: memory, time, utilization, energy, recommendations.
 
-`characterize` is pure: the Celery task loads a `JobData` and caches the returned dict per
-(job, ANALYZER_VERSION). Keys follow PRODUCT.md ("add fields freely, never rename"); `sources` says where
-each headline figure came from, because NVML and the framework hooks measure different things.
+`characterize_report` is pure: it builds each section (`fleetprof.report`, validated once, here) from its
+analyzer's result and assembles the typed `JobReport`; `characterize` is its JSON document, which the Celery
+task caches per (job, ANALYZER_VERSION). Keys follow PRODUCT.md ("add fields freely, never rename"); `sources`
+says where each headline figure came from, because NVML and the framework hooks measure different things.
 """
 
 from __future__ import annotations
@@ -12,6 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from fleetprof.report import (
+    EnergySection,
+    GpuReport,
+    JobReport,
+    MemorySection,
+    Recommendation,
+    Sources,
+    TimeSection,
+    UtilizationSection,
+)
 from server.analysis import energy as energy_mod
 from server.analysis import iterations, memory, rightsizing, timing
 from server.analysis.jobdata import GpuSeries, JobData, jsonable
@@ -33,7 +44,7 @@ def job_duration_s(job: JobData, *, now: float) -> float | None:
     return max(e for _, e in spans) - min(s for s, _ in spans)
 
 
-def _utilization(gpus: list[GpuSeries]) -> dict[str, float | None]:
+def _utilization(gpus: list[GpuSeries]) -> UtilizationSection:
     """Plain sample means over all samples of all the job's GPUs."""
     def pooled(name: str) -> np.ndarray:
         arrs = [g.column(name) for g in gpus]
@@ -41,15 +52,20 @@ def _utilization(gpus: list[GpuSeries]) -> dict[str, float | None]:
         return a[~np.isnan(a)]
 
     u, m = pooled("gpu_util_pct"), pooled("mem_util_pct")
-    return {
-        "gpu_mean_pct": float(np.mean(u)) if u.size else None,
-        "gpu_p95_pct": float(np.percentile(u, 95)) if u.size else None,
+    return UtilizationSection(
+        gpu_mean_pct=float(np.mean(u)) if u.size else None,
+        gpu_p95_pct=float(np.percentile(u, 95)) if u.size else None,
         # NVML utilization.memory: share of time the memory controller was busy (not capacity used).
-        "memory_mean_pct": float(np.mean(m)) if m.size else None,
-    }
+        memory_mean_pct=float(np.mean(m)) if m.size else None,
+    )
 
 
 def characterize(job: JobData, *, now: float) -> dict[str, Any]:
+    """The report as the JSON document that is stored and served (the keys `characterize_report` set)."""
+    return characterize_report(job, now=now).model_dump(mode="json", exclude_unset=True)
+
+
+def characterize_report(job: JobData, *, now: float) -> JobReport:
     sources: dict[str, str | None] = {}
 
     # ---- memory
@@ -155,8 +171,8 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
                                            else None)
 
     util = _utilization(job.gpus)
-    sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util["gpu_mean_pct"] is not None else None
-    sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util["memory_mean_pct"] is not None else None
+    sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util.gpu_mean_pct is not None else None
+    sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util.memory_mean_pct is not None else None
 
     gpus_out = []
     for g, m, e in zip(job.gpus, gmem, genergy, strict=True):
@@ -174,7 +190,7 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
             "last_ts": float(g.ts[-1]) if g.ts.size else None,
         })
 
-    report: dict[str, Any] = {
+    raw: dict[str, Any] = {
         "job_id": job.job_id,
         "state": job.state,
         "analyzed_at": now,
@@ -186,19 +202,35 @@ def characterize(job: JobData, *, now: float) -> dict[str, Any]:
         "gpus": gpus_out,
         "memory": mem,
         "time": time_block,
-        "utilization": util,
+        "utilization": util.model_dump(),
         "energy": energy_block,
         "sources": sources,
     }
-    report["rightsizing_inputs"] = rightsizing.inputs_from_report(report, job)
-    report["recommendations"] = rightsizing.job_recommendations(report)
+    raw["rightsizing_inputs"] = rightsizing.inputs_from_report(raw, job)
+    raw["recommendations"] = rightsizing.job_recommendations(raw)
     if energy_block["gpus_without_energy"] and known:
         # The sum is then a lower bound; the report says how many GPUs it misses.
         log.info("job %s: %d of %d GPUs have neither energy counter nor power samples",
                  job.job_id, energy_block["gpus_without_energy"], len(job.gpus))
     log.debug("characterized job %s: %d GPUs, %d samples, source=%s", job.job_id, len(job.gpus),
               sum(g.ts.size for g in job.gpus), energy_block["source"])
-    return jsonable(report)
+    # The analyzers' figures may be numpy scalars or NaN: made JSON-safe first, then validated once, here.
+    return _assemble(jsonable(raw), util)
+
+
+def _assemble(doc: dict[str, Any], util: UtilizationSection) -> JobReport:
+    """The typed report from its JSON-safe sections (the one place they are validated)."""
+    return JobReport(
+        **{k: doc[k] for k in ("job_id", "state", "analyzed_at", "analyzer_version", "duration_s", "name", "team",
+                               "batch_size", "rightsizing_inputs")},
+        gpus=[GpuReport.model_validate(g) for g in doc["gpus"]],
+        memory=MemorySection.model_validate(doc["memory"]),
+        time=TimeSection.model_validate(doc["time"]),
+        utilization=util,
+        energy=EnergySection.model_validate(doc["energy"]),
+        sources=Sources.model_validate(doc["sources"]),
+        recommendations=[Recommendation.model_validate(r) for r in doc["recommendations"]],
+    )
 
 
 def _stalls(gpus: list[GpuSeries]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from server.analysis.characterize import characterize
 from server.analysis.jobdata import JobData, ProcessPeak
