@@ -107,7 +107,8 @@ class InputStalls(Section):
 
 
 class Straggler(Section):
-    rank: int
+    rank: int | None = Field(description="from the hooks' per-rank step times")
+    gpu_uuid: str | None = Field(None, description="when found from NVML alone (not analyzed yet)")
     median_step_s: float
     slowdown_fraction: float
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELDS
 from fleetprof.jobid import job_path
+from fleetprof.report import JobReport
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
@@ -124,7 +125,9 @@ def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRe
     return job_service.to_read(job, job_service.gpu_uuids_of(session, [job.id])[job.id])
 
 
-@router.get(f"{JOB}/report", responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {}}}},
+# The stored document is sent as it is (it was validated as a JobReport when computed): the model documents it.
+@router.get(f"{JOB}/report", response_model=JobReport,
+            responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
             summary="The job's characterization (JSON, or ?format=html for a standalone page)")
 def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
