@@ -71,43 +71,15 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     # ---- memory
     gmem = [memory.gpu_memory(g) for g in job.gpus]
     fw = memory.framework_peaks(job.steps)
-    peaks = [m for m in gmem if m.peak_used_bytes is not None]
-    top = max(peaks, key=lambda m: m.peak_used_bytes or 0) if peaks else None
-    headrooms = [m.headroom_bytes for m in gmem if m.headroom_bytes is not None]
-    oom = memory.detect_oom(state=job.state, exit_code=job.exit_code, oom_events=job.oom_events, gpus=gmem)
-    capacity = top.memory_total_bytes if top else None
-    mem = {
-        "peak_used_bytes": top.peak_used_bytes if top else None,
-        "peak_used_gpu": top.uuid if top else None,
-        "peak_allocated_bytes": fw["peak_allocated_bytes"],
-        "peak_reserved_bytes": fw["peak_reserved_bytes"],
-        # The tightest GPU: what is left on the device closest to running out.
-        "headroom_bytes": min(headrooms) if headrooms else None,
-        "fragmentation_bytes": fw["fragmentation_bytes"],
-        "fragmentation_fraction": fw["fragmentation_fraction"],
-        "memory_total_bytes": capacity,
-        # Device memory the framework does not account for: CUDA context, library workspaces, others.
-        "non_framework_bytes": (top.peak_used_bytes - fw["peak_reserved_bytes"])
-        if (top and fw["peak_reserved_bytes"] is not None) else None,
-        "oom_detected": oom.detected,
-        "oom_suspected": oom.suspected,
-        "oom_evidence": oom.evidence,
-        **memory.process_memory(job.processes, job.job_id),
-        "timeline": memory.memory_timeline(job.gpus),
-    }
+    mem = memory.memory_section(job, gmem, fw)
+    top = memory.largest_peak(gmem)
     sources["memory.peak_used_bytes"] = top.source if top else None
     sources["memory.peak_allocated_bytes"] = fw["source"] if fw["peak_allocated_bytes"] is not None else None
     sources["memory.peak_reserved_bytes"] = fw["source"] if fw["peak_reserved_bytes"] is not None else None
     sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw["fragmentation_bytes"] is not None
                                              else None)
-    sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem["process_peak_bytes"] is not None
+    sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem.process_peak_bytes is not None
                                             else None)
-
-    # ---- energy, per GPU then summed
-    genergy = [energy_mod.gpu_energy(g) for g in job.gpus]
-    known = [e for e in genergy if e.energy_j is not None]
-    energy_j = sum(e.energy_j for e in known) if known else None  # type: ignore[misc]
-    idle_known = [e.idle_energy_j for e in known if e.idle_energy_j is not None]
 
     # ---- time
     st = timing.step_stats(job.steps)
@@ -146,29 +118,13 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
                               if job.layers else None)
     sources["time.gpu_busy_fraction"] = "nvml:mean(gpu_util_pct)/100" if busy["gpu_busy_fraction"] is not None else None
 
-    steps_n = st["steps"]
     duration = job_duration_s(job, now=now)
-    covered = max((e.covered_s for e in known), default=0.0)
-    energy_block: dict[str, Any] = {
-        "energy_j": energy_j,
-        "source": energy_mod.combine_sources([e.source for e in genergy]),
-        # Job draw = sum of its GPUs' mean draws.
-        "mean_power_w": sum(e.mean_power_w for e in known if e.mean_power_w is not None) if known else None,
-        "energy_per_step_j": energy_mod.per_unit(energy_j, steps_n),
-        "per_sample_j": energy_mod.per_unit(energy_j, st["samples"]),
-        **energy_mod.energy_costs(energy_j, job.energy_settings),
-        "idle_energy_j": sum(idle_known) if idle_known else None,
-        "idle_energy_fraction": (sum(idle_known) / energy_j) if (idle_known and energy_j) else None,
-        "gpus_without_energy": len(genergy) - len(known),
-        "counter_resets": sum(e.counter_resets for e in genergy),
-        "covered_s": covered,
-        "grid_intensity_g_per_kwh": job.energy_settings.grid_intensity_g_per_kwh,
-        "pue": job.energy_settings.pue,
-        "price_per_kwh_usd": job.energy_settings.price_per_kwh_usd,
-    }
-    sources["energy.energy_j"] = energy_block["source"]
-    sources["energy.energy_per_step_j"] = ("energy/framework_steps" if energy_block["energy_per_step_j"] is not None
-                                           else None)
+    # ---- energy, per GPU then summed
+    genergy = [energy_mod.gpu_energy(g) for g in job.gpus]
+    energy = energy_mod.energy_section(genergy, steps=st["steps"], samples=st["samples"],
+                                       settings=job.energy_settings)
+    sources["energy.energy_j"] = energy.source
+    sources["energy.energy_per_step_j"] = "energy/framework_steps" if energy.energy_per_step_j is not None else None
 
     util = _utilization(job.gpus)
     sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util.gpu_mean_pct is not None else None
@@ -200,34 +156,35 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
         "team": job.team,
         "batch_size": job.batch_size,
         "gpus": gpus_out,
-        "memory": mem,
+        "memory": mem.model_dump(),
         "time": time_block,
         "utilization": util.model_dump(),
-        "energy": energy_block,
+        "energy": energy.model_dump(),
         "sources": sources,
     }
     raw["rightsizing_inputs"] = rightsizing.inputs_from_report(raw, job)
     raw["recommendations"] = rightsizing.job_recommendations(raw)
-    if energy_block["gpus_without_energy"] and known:
+    if energy.gpus_without_energy and energy.energy_j is not None:
         # The sum is then a lower bound; the report says how many GPUs it misses.
         log.info("job %s: %d of %d GPUs have neither energy counter nor power samples",
-                 job.job_id, energy_block["gpus_without_energy"], len(job.gpus))
+                 job.job_id, energy.gpus_without_energy, len(job.gpus))
     log.debug("characterized job %s: %d GPUs, %d samples, source=%s", job.job_id, len(job.gpus),
-              sum(g.ts.size for g in job.gpus), energy_block["source"])
+              sum(g.ts.size for g in job.gpus), energy.source)
     # The analyzers' figures may be numpy scalars or NaN: made JSON-safe first, then validated once, here.
-    return _assemble(jsonable(raw), util)
+    return _assemble(jsonable(raw), mem, util, energy)
 
 
-def _assemble(doc: dict[str, Any], util: UtilizationSection) -> JobReport:
+def _assemble(doc: dict[str, Any], mem: MemorySection, util: UtilizationSection,
+              energy: EnergySection) -> JobReport:
     """The typed report from its JSON-safe sections (the one place they are validated)."""
     return JobReport(
         **{k: doc[k] for k in ("job_id", "state", "analyzed_at", "analyzer_version", "duration_s", "name", "team",
                                "batch_size", "rightsizing_inputs")},
         gpus=[GpuReport.model_validate(g) for g in doc["gpus"]],
-        memory=MemorySection.model_validate(doc["memory"]),
+        memory=mem,
         time=TimeSection.model_validate(doc["time"]),
         utilization=util,
-        energy=EnergySection.model_validate(doc["energy"]),
+        energy=energy,
         sources=Sources.model_validate(doc["sources"]),
         recommendations=[Recommendation.model_validate(r) for r in doc["recommendations"]],
     )
