@@ -38,10 +38,7 @@ def _cases(job: JobData, real_data: Path) -> dict[str, dict]:
 
 def test_report_figures_unchanged(real_job, real_data):  # noqa: F811
     got = _cases(real_job, real_data)
-    path = GOLDEN / "characterize_real_job.json"
-    if not path.exists():  # written once from the old code
-        path.write_text(json.dumps(got, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    want = json.loads(path.read_text())
+    want = json.loads((GOLDEN / "characterize_real_job.json").read_text())
     for case in want:
         assert json.loads(json.dumps(got[case], allow_nan=False)) == want[case], case
     assert np.isfinite(got["finished"]["energy"]["energy_j"])
