@@ -17,8 +17,8 @@ class JobWaste(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    job_id: str | None
-    team: str | None
+    job_id: str | None = None
+    team: str | None = None
     state: str | None = None
     gpus: int | None = None
     gpu_hours: float | None = None
