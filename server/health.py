@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, Field
 
 from server.metrics import REGISTRY
 from server.migrate import schema_state
@@ -43,8 +45,20 @@ def _broker_status(request: Request) -> str:
     return "not used (tasks run in-process)" if check is None else _within_deadline(check)
 
 
-@router.get("/readyz", summary="Readiness: can accept ingest (database reachable and migrated to this code's head)",
-            responses={503: {"description": "the database is down or not migrated"}})
+class Readiness(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(description="each check's answer: 'ok ...' or 'error: ...'")
+    broker: str = Field(description="reported beside the checks, not one of them")
+
+
+class BrokerHealth(BaseModel):
+    status: Literal["ok", "unavailable"]
+    broker: str
+
+
+@router.get("/readyz", response_model=Readiness,
+            summary="Readiness: can accept ingest (database reachable and migrated to this code's head)",
+            responses={503: {"model": Readiness, "description": "the database is down or not migrated"}})
 def readyz(request: Request) -> JSONResponse:
     """Ingest needs the database only: a broker outage delays characterization, not ingest, so it must not take
     collectors out of rotation. The broker's state is reported beside the checks (and at /healthz/broker)."""
@@ -60,8 +74,9 @@ def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "5"})
 
 
-@router.get("/healthz/broker", summary="The Celery broker (Redis) answers; not part of readiness",
-            responses={503: {"description": "the broker does not answer"}})
+@router.get("/healthz/broker", response_model=BrokerHealth,
+            summary="The Celery broker (Redis) answers; not part of readiness",
+            responses={503: {"model": BrokerHealth, "description": "the broker does not answer"}})
 def broker_health(request: Request) -> JSONResponse:
     status = _broker_status(request)
     ok = not status.startswith("error")
@@ -69,7 +84,9 @@ def broker_health(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", summary="Prometheus metrics (service + DCGM-compatible fleet gauges)",
-            response_class=Response)
+            response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition format"}})
 def metrics(request: Request) -> Response:
     from server.fleet.prometheus import fleet_gauges_text
 

@@ -1,8 +1,9 @@
 """One job's characterization report: memory, time, utilization, energy, recommendations.
 
-`characterize` is pure: the Celery task loads a `JobData` and caches the returned dict per
-(job, ANALYZER_VERSION). Keys follow PRODUCT.md ("add fields freely, never rename"); `sources` says where
-each headline figure came from, because NVML and the framework hooks measure different things.
+`characterize_report` is pure: it builds each section (`fleetprof.report`, validated once, here) from its
+analyzer's result and assembles the typed `JobReport`; `characterize` is its JSON document, which the Celery
+task caches per (job, ANALYZER_VERSION). Keys follow PRODUCT.md ("add fields freely, never rename"); `sources`
+says where each headline figure came from, because NVML and the framework hooks measure different things.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from fleetprof.report import GpuReport, JobReport, Recommendation, Sources, UtilizationSection
 from server.analysis import energy as energy_mod
-from server.analysis import iterations, memory, rightsizing, timing
+from server.analysis import memory, rightsizing, timing
 from server.analysis.jobdata import GpuSeries, JobData, jsonable
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ def job_duration_s(job: JobData, *, now: float) -> float | None:
     return max(e for _, e in spans) - min(s for s, _ in spans)
 
 
-def _utilization(gpus: list[GpuSeries]) -> dict[str, float | None]:
+def _utilization(gpus: list[GpuSeries]) -> UtilizationSection:
     """Plain sample means over all samples of all the job's GPUs."""
     def pooled(name: str) -> np.ndarray:
         arrs = [g.column(name) for g in gpus]
@@ -41,170 +43,90 @@ def _utilization(gpus: list[GpuSeries]) -> dict[str, float | None]:
         return a[~np.isnan(a)]
 
     u, m = pooled("gpu_util_pct"), pooled("mem_util_pct")
-    return {
-        "gpu_mean_pct": float(np.mean(u)) if u.size else None,
-        "gpu_p95_pct": float(np.percentile(u, 95)) if u.size else None,
+    return UtilizationSection(
+        gpu_mean_pct=float(np.mean(u)) if u.size else None,
+        gpu_p95_pct=float(np.percentile(u, 95)) if u.size else None,
         # NVML utilization.memory: share of time the memory controller was busy (not capacity used).
-        "memory_mean_pct": float(np.mean(m)) if m.size else None,
-    }
+        memory_mean_pct=float(np.mean(m)) if m.size else None,
+    )
 
 
 def characterize(job: JobData, *, now: float) -> dict[str, Any]:
+    """The report as the JSON document that is stored and served (the keys `characterize_report` set)."""
+    return characterize_report(job, now=now).model_dump(mode="json", exclude_unset=True)
+
+
+def characterize_report(job: JobData, *, now: float) -> JobReport:
     sources: dict[str, str | None] = {}
 
     # ---- memory
     gmem = [memory.gpu_memory(g) for g in job.gpus]
     fw = memory.framework_peaks(job.steps)
-    peaks = [m for m in gmem if m.peak_used_bytes is not None]
-    top = max(peaks, key=lambda m: m.peak_used_bytes or 0) if peaks else None
-    headrooms = [m.headroom_bytes for m in gmem if m.headroom_bytes is not None]
-    oom = memory.detect_oom(state=job.state, exit_code=job.exit_code, oom_events=job.oom_events, gpus=gmem)
-    capacity = top.memory_total_bytes if top else None
-    mem = {
-        "peak_used_bytes": top.peak_used_bytes if top else None,
-        "peak_used_gpu": top.uuid if top else None,
-        "peak_allocated_bytes": fw["peak_allocated_bytes"],
-        "peak_reserved_bytes": fw["peak_reserved_bytes"],
-        # The tightest GPU: what is left on the device closest to running out.
-        "headroom_bytes": min(headrooms) if headrooms else None,
-        "fragmentation_bytes": fw["fragmentation_bytes"],
-        "fragmentation_fraction": fw["fragmentation_fraction"],
-        "memory_total_bytes": capacity,
-        # Device memory the framework does not account for: CUDA context, library workspaces, others.
-        "non_framework_bytes": (top.peak_used_bytes - fw["peak_reserved_bytes"])
-        if (top and fw["peak_reserved_bytes"] is not None) else None,
-        "oom_detected": oom.detected,
-        "oom_suspected": oom.suspected,
-        "oom_evidence": oom.evidence,
-        **memory.process_memory(job.processes, job.job_id),
-        "timeline": memory.memory_timeline(job.gpus),
-    }
+    mem = memory.memory_section(job, gmem, fw)
+    top = memory.largest_peak(gmem)
     sources["memory.peak_used_bytes"] = top.source if top else None
     sources["memory.peak_allocated_bytes"] = fw["source"] if fw["peak_allocated_bytes"] is not None else None
     sources["memory.peak_reserved_bytes"] = fw["source"] if fw["peak_reserved_bytes"] is not None else None
     sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw["fragmentation_bytes"] is not None
                                              else None)
-    sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem["process_peak_bytes"] is not None
+    sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem.process_peak_bytes is not None
                                             else None)
 
-    # ---- energy, per GPU then summed
-    genergy = [energy_mod.gpu_energy(g) for g in job.gpus]
-    known = [e for e in genergy if e.energy_j is not None]
-    energy_j = sum(e.energy_j for e in known) if known else None  # type: ignore[misc]
-    idle_known = [e.idle_energy_j for e in known if e.idle_energy_j is not None]
-
     # ---- time
-    st = timing.step_stats(job.steps)
-    busy = timing.busy_fraction(job.gpus)
-    period = iterations.telemetry_period(job.gpus)
-    hook_s = iterations.hook_period_s(job.steps)
-    check = iterations.cross_check(period.period_s if period else None, hook_s)
-    stalls = _stalls(job.gpus)
-    stragglers = (iterations.rank_stragglers(job.steps.rank, job.steps.wall_s)
-                  if job.steps is not None and len(job.steps) else None)
-    time_block = {
-        "steps": st["steps"],
-        "step_time_s": st["step_time_s"],
-        "warmup_steps_excluded": st["warmup_steps_excluded"],
-        "samples": st["samples"],
-        "samples_per_s": st["samples_per_s"],
-        "device_time_fraction": st["device_time_fraction"],
-        "period_s": period.period_s if period else None,
-        "period_confidence": period.confidence if period else None,
-        "period_signal": period.signal if period else None,
-        **check,
-        "gpu_busy_fraction": busy["gpu_busy_fraction"],
-        "gpu_active_sample_fraction": busy["gpu_active_sample_fraction"],
-        "input_stalls": stalls,
-        "stragglers": stragglers,
-        **iterations.gpu_imbalance(job.gpus),
-        "layers": timing.layer_table(job.layers, job.layer_step_s),
-        "layers_step_time_s": job.layer_step_s,
-        "trace_summaries": job.trace_summaries,
-    }
-    sources["time.steps"] = "framework" if st["steps"] is not None else None
-    sources["time.period_s"] = f"telemetry:{period.signal}" if period else None
+    tm = timing.time_section(job)
+    sources["time.steps"] = "framework" if tm.steps is not None else None
+    sources["time.period_s"] = f"telemetry:{tm.period_signal}" if tm.period_s is not None else None
     sources["time.layers"] = ("framework hooks: time_fraction = inclusive time (children included) / "
                               "layers_step_time_s (mean wall time of the sampled steps); self_time_fraction = "
                               "without children"
                               if job.layers else None)
-    sources["time.gpu_busy_fraction"] = "nvml:mean(gpu_util_pct)/100" if busy["gpu_busy_fraction"] is not None else None
+    sources["time.gpu_busy_fraction"] = "nvml:mean(gpu_util_pct)/100" if tm.gpu_busy_fraction is not None else None
 
-    steps_n = st["steps"]
-    duration = job_duration_s(job, now=now)
-    covered = max((e.covered_s for e in known), default=0.0)
-    energy_block: dict[str, Any] = {
-        "energy_j": energy_j,
-        "source": energy_mod.combine_sources([e.source for e in genergy]),
-        # Job draw = sum of its GPUs' mean draws.
-        "mean_power_w": sum(e.mean_power_w for e in known if e.mean_power_w is not None) if known else None,
-        "energy_per_step_j": energy_mod.per_unit(energy_j, steps_n),
-        "per_sample_j": energy_mod.per_unit(energy_j, st["samples"]),
-        **energy_mod.energy_costs(energy_j, job.energy_settings),
-        "idle_energy_j": sum(idle_known) if idle_known else None,
-        "idle_energy_fraction": (sum(idle_known) / energy_j) if (idle_known and energy_j) else None,
-        "gpus_without_energy": len(genergy) - len(known),
-        "counter_resets": sum(e.counter_resets for e in genergy),
-        "covered_s": covered,
-        "grid_intensity_g_per_kwh": job.energy_settings.grid_intensity_g_per_kwh,
-        "pue": job.energy_settings.pue,
-        "price_per_kwh_usd": job.energy_settings.price_per_kwh_usd,
-    }
-    sources["energy.energy_j"] = energy_block["source"]
-    sources["energy.energy_per_step_j"] = ("energy/framework_steps" if energy_block["energy_per_step_j"] is not None
-                                           else None)
+    # ---- energy, per GPU then summed
+    genergy = [energy_mod.gpu_energy(g) for g in job.gpus]
+    energy = energy_mod.energy_section(genergy, steps=tm.steps, samples=tm.samples,
+                                       settings=job.energy_settings)
+    sources["energy.energy_j"] = energy.source
+    sources["energy.energy_per_step_j"] = "energy/framework_steps" if energy.energy_per_step_j is not None else None
 
     util = _utilization(job.gpus)
-    sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util["gpu_mean_pct"] is not None else None
-    sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util["memory_mean_pct"] is not None else None
+    sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util.gpu_mean_pct is not None else None
+    sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util.memory_mean_pct is not None else None
 
-    gpus_out = []
-    for g, m, e in zip(job.gpus, gmem, genergy, strict=True):
-        u = g.column("gpu_util_pct")
-        gpus_out.append({
-            "uuid": g.uuid, "name": g.name, "memory_total_bytes": m.memory_total_bytes,
-            "peak_used_bytes": m.peak_used_bytes, "headroom_bytes": m.headroom_bytes,
-            "peak_used_fraction": m.peak_used_fraction,
-            "energy_j": e.energy_j, "energy_source": e.source, "mean_power_w": e.mean_power_w,
-            "idle_energy_j": e.idle_energy_j, "counter_resets": e.counter_resets,
-            "power_source": g.power_source,
-            "gpu_util_mean_pct": None if np.all(np.isnan(u)) else float(np.nanmean(u)),
-            "samples": int(g.ts.size),
-            "first_ts": float(g.ts[0]) if g.ts.size else None,
-            "last_ts": float(g.ts[-1]) if g.ts.size else None,
-        })
-
-    report: dict[str, Any] = {
-        "job_id": job.job_id,
-        "state": job.state,
-        "analyzed_at": now,
-        "analyzer_version": ANALYZER_VERSION,
-        "duration_s": duration,
-        "name": job.name,
-        "team": job.team,
-        "batch_size": job.batch_size,
-        "gpus": gpus_out,
-        "memory": mem,
-        "time": time_block,
-        "utilization": util,
-        "energy": energy_block,
-        "sources": sources,
-    }
-    report["rightsizing_inputs"] = rightsizing.inputs_from_report(report, job)
-    report["recommendations"] = rightsizing.job_recommendations(report)
-    if energy_block["gpus_without_energy"] and known:
+    gpus = [_gpu_report(g, m, e) for g, m, e in zip(job.gpus, gmem, genergy, strict=True)]
+    if energy.gpus_without_energy and energy.energy_j is not None:
         # The sum is then a lower bound; the report says how many GPUs it misses.
         log.info("job %s: %d of %d GPUs have neither energy counter nor power samples",
-                 job.job_id, energy_block["gpus_without_energy"], len(job.gpus))
+                 job.job_id, energy.gpus_without_energy, len(job.gpus))
     log.debug("characterized job %s: %d GPUs, %d samples, source=%s", job.job_id, len(job.gpus),
-              sum(g.ts.size for g in job.gpus), energy_block["source"])
-    return jsonable(report)
+              sum(g.ts.size for g in job.gpus), energy.source)
+
+    head: dict[str, Any] = {"job_id": job.job_id, "state": job.state, "analyzed_at": now,
+                            "analyzer_version": ANALYZER_VERSION, "duration_s": job_duration_s(job, now=now),
+                            "name": job.name, "team": job.team, "batch_size": job.batch_size}
+    sections = {"memory": mem, "time": tm, "utilization": util, "energy": energy}
+    # Right-sizing reads the report as a document (also the stored reports of earlier runs).
+    view: dict[str, Any] = {**head, "gpus": [g.model_dump() for g in gpus],
+                            **{k: v.model_dump() for k, v in sections.items()}}
+    view["rightsizing_inputs"] = jsonable(rightsizing.inputs_from_report(view, job))
+    return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
+                     sources=Sources.model_validate(sources),
+                     rightsizing_inputs=view["rightsizing_inputs"],
+                     recommendations=[Recommendation.model_validate(r)
+                                      for r in jsonable(rightsizing.job_recommendations(view))])
 
 
-def _stalls(gpus: list[GpuSeries]) -> dict[str, Any]:
-    """Input stalls on the busiest-looking GPU with utilization (one GPU: DP ranks stall together)."""
-    with_util = [g for g in gpus if g.has("gpu_util_pct")]
-    if not with_util:
-        return iterations.input_stalls(np.empty(0), np.empty(0))
-    g = with_util[0]
-    return iterations.input_stalls(g.ts, g.column("gpu_util_pct"))
+def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:
+    u = g.column("gpu_util_pct")
+    return GpuReport.model_validate(jsonable({
+        "uuid": g.uuid, "name": g.name, "memory_total_bytes": m.memory_total_bytes,
+        "peak_used_bytes": m.peak_used_bytes, "headroom_bytes": m.headroom_bytes,
+        "peak_used_fraction": m.peak_used_fraction,
+        "energy_j": e.energy_j, "energy_source": e.source, "mean_power_w": e.mean_power_w,
+        "idle_energy_j": e.idle_energy_j, "counter_resets": e.counter_resets,
+        "power_source": g.power_source,
+        "gpu_util_mean_pct": None if np.all(np.isnan(u)) else float(np.nanmean(u)),
+        "samples": int(g.ts.size),
+        "first_ts": float(g.ts[0]) if g.ts.size else None,
+        "last_ts": float(g.ts[-1]) if g.ts.size else None,
+    }))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.analysis.jobdata import EnergySettings, GpuSeries
+from fleetprof.report import EnergySection
+from server.analysis.jobdata import EnergySettings, GpuSeries, jsonable
 
 J_PER_KWH = 3.6e6
 # NVML utilization.gpu below this is an idle GPU (a kernel ran less than 5% of the sample period).
@@ -145,3 +146,29 @@ def per_unit(energy_j: float | None, units: float | None) -> float | None:
     if energy_j is None or not units:
         return None
     return energy_j / units
+
+
+def energy_section(gpus: list[GpuEnergy], *, steps: int | None, samples: int | None,
+                   settings: EnergySettings) -> EnergySection:
+    """The job's energy: the sum over its GPUs (a lower bound when some have neither counter nor power, which
+    `gpus_without_energy` counts), per step and sample, and what it costs at the grid."""
+    known = [e for e in gpus if e.energy_j is not None]
+    energy_j = sum(e.energy_j for e in known) if known else None  # type: ignore[misc]
+    idle_known = [e.idle_energy_j for e in known if e.idle_energy_j is not None]
+    return EnergySection.model_validate(jsonable({
+        "energy_j": energy_j,
+        "source": combine_sources([e.source for e in gpus]),
+        # Job draw = sum of its GPUs' mean draws.
+        "mean_power_w": sum(e.mean_power_w for e in known if e.mean_power_w is not None) if known else None,
+        "energy_per_step_j": per_unit(energy_j, steps),
+        "per_sample_j": per_unit(energy_j, samples),
+        **energy_costs(energy_j, settings),
+        "idle_energy_j": sum(idle_known) if idle_known else None,
+        "idle_energy_fraction": (sum(idle_known) / energy_j) if (idle_known and energy_j) else None,
+        "gpus_without_energy": len(gpus) - len(known),
+        "counter_resets": sum(e.counter_resets for e in gpus),
+        "covered_s": max((e.covered_s for e in known), default=0.0),
+        "grid_intensity_g_per_kwh": settings.grid_intensity_g_per_kwh,
+        "pue": settings.pue,
+        "price_per_kwh_usd": settings.price_per_kwh_usd,
+    }))

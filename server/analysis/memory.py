@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, ProcessPeak, StepSeries, nanmax_or_none
+from fleetprof.report import MemorySection
+from server.analysis.jobdata import GpuSeries, JobData, ProcessPeak, StepSeries, jsonable, nanmax_or_none
 
 # NVML "used" at or above this share of capacity counts as pinned at capacity: the allocator has run out
 # of room to grow, which is how an OOM looks from the outside when the framework reports nothing.
@@ -202,3 +203,35 @@ def _whose(process_job_id: str | None, job_id: str) -> str:
 
 def _opt_int(v: float | None) -> int | None:
     return None if v is None else int(v)
+
+
+def largest_peak(gpus: list[GpuMemory]) -> GpuMemory | None:
+    """The GPU with the largest known NVML peak: the job-level peak is what must fit on one device."""
+    peaks = [m for m in gpus if m.peak_used_bytes is not None]
+    return max(peaks, key=lambda m: m.peak_used_bytes or 0) if peaks else None
+
+
+def memory_section(job: JobData, gpus: list[GpuMemory], fw: dict[str, Any]) -> MemorySection:
+    """The job's memory: `gpus` from `gpu_memory` (one per job GPU), `fw` from `framework_peaks`."""
+    top = largest_peak(gpus)
+    headrooms = [m.headroom_bytes for m in gpus if m.headroom_bytes is not None]
+    oom = detect_oom(state=job.state, exit_code=job.exit_code, oom_events=job.oom_events, gpus=gpus)
+    return MemorySection.model_validate(jsonable({
+        "peak_used_bytes": top.peak_used_bytes if top else None,
+        "peak_used_gpu": top.uuid if top else None,
+        "peak_allocated_bytes": fw["peak_allocated_bytes"],
+        "peak_reserved_bytes": fw["peak_reserved_bytes"],
+        # The tightest GPU: what is left on the device closest to running out.
+        "headroom_bytes": min(headrooms) if headrooms else None,
+        "fragmentation_bytes": fw["fragmentation_bytes"],
+        "fragmentation_fraction": fw["fragmentation_fraction"],
+        "memory_total_bytes": top.memory_total_bytes if top else None,
+        # Device memory the framework does not account for: CUDA context, library workspaces, others.
+        "non_framework_bytes": (top.peak_used_bytes - fw["peak_reserved_bytes"])
+        if (top and top.peak_used_bytes is not None and fw["peak_reserved_bytes"] is not None) else None,
+        "oom_detected": oom.detected,
+        "oom_suspected": oom.suspected,
+        "oom_evidence": oom.evidence,
+        **process_memory(job.processes, job.job_id),
+        "timeline": memory_timeline(job.gpus),
+    }))

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, LayerStat, StepSeries
+from fleetprof.report import TimeSection
+from server.analysis import iterations
+from server.analysis.jobdata import GpuSeries, JobData, LayerStat, StepSeries, jsonable
 
 # Warm-up: leading steps (cuDNN autotuning, allocator growth, compilation) slower than this multiple of
 # the median are excluded from the distribution, but never more than WARMUP_MAX_FRACTION of the steps.
@@ -154,3 +156,43 @@ def module_parents(types: dict[str, str | None], totals: dict[str, float]) -> di
             parent = root
         parents[module] = parent
     return parents
+
+
+def time_section(job: JobData) -> TimeSection:
+    """The job's time: hook steps, the iteration period from telemetry (and whether the hooks agree), GPU busy
+    share, input stalls, stragglers across ranks, GPU imbalance, per-layer time."""
+    st = step_stats(job.steps)
+    busy = busy_fraction(job.gpus)
+    period = iterations.telemetry_period(job.gpus)
+    check = iterations.cross_check(period.period_s if period else None, iterations.hook_period_s(job.steps))
+    stragglers = (iterations.rank_stragglers(job.steps.rank, job.steps.wall_s)
+                  if job.steps is not None and len(job.steps) else None)
+    return TimeSection.model_validate(jsonable({
+        "steps": st["steps"],
+        "step_time_s": st["step_time_s"],
+        "warmup_steps_excluded": st["warmup_steps_excluded"],
+        "samples": st["samples"],
+        "samples_per_s": st["samples_per_s"],
+        "device_time_fraction": st["device_time_fraction"],
+        "period_s": period.period_s if period else None,
+        "period_confidence": period.confidence if period else None,
+        "period_signal": period.signal if period else None,
+        **check,
+        "gpu_busy_fraction": busy["gpu_busy_fraction"],
+        "gpu_active_sample_fraction": busy["gpu_active_sample_fraction"],
+        "input_stalls": _stalls(job.gpus),
+        "stragglers": stragglers,
+        **iterations.gpu_imbalance(job.gpus),
+        "layers": layer_table(job.layers, job.layer_step_s),
+        "layers_step_time_s": job.layer_step_s,
+        "trace_summaries": job.trace_summaries,
+    }))
+
+
+def _stalls(gpus: list[GpuSeries]) -> dict[str, Any]:
+    """Input stalls on the busiest-looking GPU with utilization (one GPU: DP ranks stall together)."""
+    with_util = [g for g in gpus if g.has("gpu_util_pct")]
+    if not with_util:
+        return iterations.input_stalls(np.empty(0), np.empty(0))
+    g = with_util[0]
+    return iterations.input_stalls(g.ts, g.column("gpu_util_pct"))

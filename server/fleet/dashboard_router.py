@@ -24,6 +24,7 @@ from server.db import epoch_column, is_postgres
 from server.deps import OperatorAuth, SessionDep
 from server.fleet import service as fleet_service
 from server.fleet.router import parse_window
+from server.fleet.schemas import FleetHeadroom, FleetTimeline
 from server.models import Gpu, GpuHourly, Node
 from server.models.base import from_epoch
 from server.responses import json_response
@@ -33,7 +34,8 @@ router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
 MAX_HEATMAP_ROWS = 5000
 
 
-@router.get("/timeline", summary="Per-GPU utilization by hour (heatmap) and fleet energy by hour")
+@router.get("/timeline", response_model=FleetTimeline,
+            summary="Per-GPU utilization by hour (heatmap) and fleet energy by hour")
 def fleet_timeline(_: OperatorAuth, session: SessionDep,
                    window: str = Query("24h", description="e.g. 6h, 24h, 7d")) -> Response:
     now = time.time()
@@ -176,7 +178,8 @@ def _hour_source(values: list[float | None], names: list[str]) -> str | None:
     return present.pop() if len(present) == 1 else "mixed"
 
 
-@router.get("/headroom", summary="Memory headroom of each job active in the window (from job reports)")
+@router.get("/headroom", response_model=FleetHeadroom,
+            summary="Memory headroom of each job active in the window (from job reports)")
 def fleet_headroom(_: OperatorAuth, session: SessionDep,
                    window: str = Query("24h", description="e.g. 6h, 24h, 7d"),
                    limit: int = Query(5000, ge=1, le=50_000)) -> dict[str, Any]:

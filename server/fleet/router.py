@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from server.deps import OperatorAuth, SessionDep
 from server.errors import InvalidInput
 from server.fleet import service as fleet_service
+from server.fleet.schemas import FleetRollups, FleetSummary
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
 
@@ -28,13 +29,14 @@ def parse_window(window: str) -> float:
     return float(seconds)
 
 
-@router.get("/summary", summary="Fleet efficiency over a window: GPU-hours, busy share, idle GPUs, energy, waste")
+@router.get("/summary", response_model=FleetSummary,
+            summary="Fleet efficiency over a window: GPU-hours, busy share, idle GPUs, energy, waste")
 def fleet_summary(_: OperatorAuth, session: SessionDep,
                   window: str = Query("24h", description="e.g. 30m, 24h, 7d")) -> dict[str, Any]:
     return fleet_service.summary(session, window_s=parse_window(window), now=time.time())
 
 
-@router.get("/rollups",
+@router.get("/rollups", response_model=FleetRollups,
             summary="Hourly GPU-hours, busy time, utilization, energy and peak memory per GPU, node or team")
 def fleet_rollups(_: OperatorAuth, session: SessionDep,
                   by: Literal["gpu", "node", "team"] = Query("gpu", description="one row per hour and this key"),

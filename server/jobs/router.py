@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELDS
 from fleetprof.jobid import job_path
+from fleetprof.report import JobReport
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
@@ -26,7 +27,7 @@ from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
-from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState
+from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState, RightsizingOut, StepsOut
 from server.models import Gpu, Job, JobStep
 from server.models.base import from_epoch, to_epoch
 from server.responses import json_response
@@ -124,7 +125,9 @@ def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRe
     return job_service.to_read(job, job_service.gpu_uuids_of(session, [job.id])[job.id])
 
 
-@router.get(f"{JOB}/report", responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {}}}},
+# The stored document is sent as it is (it was validated as a JobReport when computed): the model documents it.
+@router.get(f"{JOB}/report", response_model=JobReport,
+            responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
             summary="The job's characterization (JSON, or ?format=html for a standalone page)")
 def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
@@ -232,7 +235,8 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
                          series=series[m]) for m in metric})
 
 
-@router.get(f"{JOB}/steps", summary="Per-step wall time and allocator peaks from the framework hooks",
+@router.get(f"{JOB}/steps", response_model=StepsOut,
+            summary="Per-step wall time and allocator peaks from the framework hooks",
             responses=JOB_NOT_FOUND)
 def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since: EpochQuery = None,
               until: EpochQuery = None, limit: int = Query(20_000, ge=1, le=200_000),
@@ -277,7 +281,7 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
     return json_response(out)
 
 
-@router.get(f"{JOB}/rightsizing", responses=JOB_NOT_FOUND,
+@router.get(f"{JOB}/rightsizing", response_model=RightsizingOut, responses=JOB_NOT_FOUND,
             summary="Right-sizing: GPU type and count, batch size, power cap, with reasons and evidence")
 def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                     history: int = Query(50, ge=1, le=500, description="past runs of the same job name to use"),
@@ -307,7 +311,8 @@ def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: 
 recurring_router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
 
-@recurring_router.get("/rightsizing", responses={404: {"description": "no visible run of that name"}},
+@recurring_router.get("/rightsizing", response_model=RightsizingOut,
+                      responses={404: {"description": "no visible run of that name"}},
                       summary="Right-sizing for the next run of a recurring job, by its name (and team)")
 def get_rightsizing_by_name(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                             name: str = Query(..., min_length=1, max_length=500,

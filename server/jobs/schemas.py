@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.protocol import JobId, Timestamp
+from fleetprof.report import Recommendation
 
 # A job's free-form metadata, as compact JSON, at most: it is returned with the job in every list and read, and a
 # 15 MB document was once accepted and sent back inline with each page of jobs.
@@ -151,3 +152,54 @@ class CompareOut(BaseModel):
     jobs: list[CompareRun]
     best: CompareBest
     findings: list[str]
+
+
+class StepHistogram(BaseModel):
+    edges_s: list[float]
+    counts: list[int]
+    count: int = Field(description="steps in the range")
+    above: int = Field(description="steps above the last edge (the top 0.5 %)")
+    max_s: float
+    per: str
+
+
+class StepsOut(BaseModel):
+    """Column-wise steps (one row per rank and step), or with `points` per-bucket minima and maxima rows."""
+
+    job_id: str
+    source: str
+    memory_source: str | None = Field(description="where the allocator peaks came from (the hooks say)")
+    count: int = Field(description="rows in the columns")
+    rank: list[int]
+    step: list[int | None]
+    ts: list[float | None] = Field(description="epoch s")
+    wall_s: list[float | None]
+    allocated_peak_bytes: list[int | None]
+    reserved_peak_bytes: list[int | None]
+    wall_s_histogram: StepHistogram | None = Field(None, description="with `points`: every step in the range")
+    raw_count: int | None = Field(None, description="with `points`: steps in the range before downsampling")
+    downsampled: bool | None = None
+
+
+class MemoryTarget(BaseModel):
+    """VPA-style memory target from the runs' interval peaks."""
+
+    target_bytes: int | None
+    lower_bound_bytes: int | None
+    upper_bound_bytes: int | None
+    observed_peak_bytes: int | None
+    confidence_days: float | None
+    confidence: str | None
+    history_s: float
+    upper_bound_capped_at: str | None
+    oom_bump: bool | None
+
+
+class RightsizingOut(BaseModel):
+    job_id: str
+    name: str | None
+    team: str | None
+    history_job_ids: list[str] = Field(description="the runs used, oldest first")
+    runs: int
+    memory: MemoryTarget | None = Field(description="null: no run with a known peak")
+    recommendations: list[Recommendation]

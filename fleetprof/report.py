@@ -1,0 +1,273 @@
+"""The job report (GET /api/v1/jobs/{job_id}/report) as one typed, frozen model: every section and figure.
+
+It lives in `fleetprof/` (the bare install: pydantic only) so that every client, the CLI, the dashboard and a
+scheduler's script, reads the same type the server writes. Units are in the names (PRODUCT.md); a figure that
+cannot be known is `None`, never 0. `sources` names where each headline figure came from.
+
+Keys clients rely on (PRODUCT.md) never change names; fields may be added. Sections are closed
+(`extra="forbid"`: a figure the analyzers add must be declared here first) except where the report is
+open-ended by nature, each marked `OPEN`: recommendation evidence and savings (one shape per kind), right-sizing
+inputs (the history record, read back by the right-sizing analyzer), Kineto trace summaries and the
+optimization plans (the trace analyzers' documents, also served typed by /plans), and `sources` (a new source
+key may come with a new section).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Json = dict[str, Any]
+
+EnergySource = Literal["hardware_counter", "integrated_power", "mixed"]
+"""Joules from NVML's total-energy counter, from integrating the power samples (trapezoids), or both."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OpenSection(BaseModel):
+    """OPEN: a document whose keys depend on the data (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+# ------------------------------------------------------------------------------------------------------ gpus[]
+class GpuReport(Section):
+    uuid: str
+    name: str | None
+    memory_total_bytes: int | None
+    peak_used_bytes: int | None = Field(description="largest NVML used memory on this GPU in the job's window")
+    headroom_bytes: int | None
+    peak_used_fraction: float | None
+    energy_j: float | None
+    energy_source: EnergySource | None
+    mean_power_w: float | None
+    idle_energy_j: float | None
+    counter_resets: int
+    power_source: str | None = Field(description="the NVML / nvidia-smi field that fed power_w")
+    gpu_util_mean_pct: float | None
+    samples: int
+    first_ts: float | None = Field(description="epoch s")
+    last_ts: float | None = Field(description="epoch s")
+
+
+# ------------------------------------------------------------------------------------------------------ memory
+class ProcessMemory(Section):
+    pid: int
+    gpu_uuid: str
+    peak_used_bytes: int | None
+    job_id: str | None = Field(description="the job the agent attributed the process to; null: unattributed")
+    attribution: str | None
+    first_seen: float = Field(description="epoch s")
+    last_seen: float = Field(description="epoch s")
+
+
+class MemoryTimeline(Section):
+    uuid: str
+    ts: list[float] = Field(description="epoch s")
+    used_bytes: list[float | None]
+
+
+class MemorySection(Section):
+    peak_used_bytes: int | None = Field(description="largest single-GPU NVML peak: what must fit on one device")
+    peak_used_gpu: str | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    headroom_bytes: int | None = Field(description="what is left on the GPU closest to running out")
+    fragmentation_bytes: int | None = Field(description="peak reserved - peak allocated")
+    fragmentation_fraction: float | None
+    memory_total_bytes: int | None
+    non_framework_bytes: int | None = Field(description="CUDA context, library workspaces, other users")
+    oom_detected: bool
+    oom_suspected: bool
+    oom_evidence: list[str]
+    process_peak_bytes: int | None
+    job_processes: int | None
+    other_processes: int | None
+    other_processes_peak_bytes: int | None
+    processes: list[ProcessMemory]
+    timeline: list[MemoryTimeline]
+
+
+# -------------------------------------------------------------------------------------------------------- time
+class StepTime(Section):
+    mean: float | None
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+class InputStalls(Section):
+    stall_fraction: float | None
+    periodic: bool | None
+    stall_period_s: float | None
+
+
+class Straggler(Section):
+    rank: int | None = Field(description="from the hooks' per-rank step times")
+    gpu_uuid: str | None = Field(None, description="when found from NVML alone (not analyzed yet)")
+    median_step_s: float
+    slowdown_fraction: float
+
+
+class Stragglers(Section):
+    ranks: int
+    median_step_s: float | None
+    stragglers: list[Straggler]
+
+
+class LayerRow(Section):
+    module: str
+    module_type: str | None
+    forward_s: float | None
+    backward_s: float | None
+    activation_bytes: int | None
+    calls: int
+    total_s: float | None
+    parent: str | None
+    self_time_s: float | None
+    time_fraction: float | None = Field(description="inclusive time / layers_step_time_s")
+    self_time_fraction: float | None
+
+
+class TimeBreakdown(Section):
+    """From uploaded Kineto traces (HTA-compatible temporal breakdown), all ranks together."""
+
+    idle_pct: float | None = None
+    compute_pct: float | None = None
+    non_compute_pct: float | None = None
+    span_us: float | None = None
+    communication_us: float | None = None
+
+
+class TimeSection(Section):
+    steps: int | None
+    step_time_s: StepTime
+    warmup_steps_excluded: int
+    samples: int | None
+    samples_per_s: float | None
+    device_time_fraction: float | None
+    period_s: float | None = Field(description="iteration period detected from telemetry")
+    period_confidence: float | None
+    period_signal: str | None
+    hook_period_s: float | None
+    agrees_with_hooks: bool | None
+    steps_per_period: int | None
+    gpu_busy_fraction: float | None
+    gpu_active_sample_fraction: float | None
+    input_stalls: InputStalls
+    stragglers: Stragglers | None = Field(description="from the hooks' per-rank step times; null without hooks")
+    gpu_util_spread_pct: float | None
+    least_busy_gpu: str | None
+    layers: list[LayerRow]
+    layers_step_time_s: float | None
+    trace_summaries: list[OpenSection]
+    breakdown: TimeBreakdown | None = Field(None, description="present once a Kineto trace was uploaded")
+
+
+# ------------------------------------------------------------------------------------------ utilization, energy
+class UtilizationSection(Section):
+    gpu_mean_pct: float | None
+    gpu_p95_pct: float | None
+    memory_mean_pct: float | None = Field(description="NVML utilization.memory: memory controller busy, not capacity")
+
+
+class EnergySection(Section):
+    energy_j: float | None = Field(description="sum over the job's GPUs")
+    source: EnergySource | None
+    mean_power_w: float | None
+    energy_per_step_j: float | None
+    per_sample_j: float | None
+    kwh: float | None
+    facility_kwh: float | None = Field(description="kwh x pue")
+    co2e_g: float | None
+    cost_usd: float | None
+    idle_energy_j: float | None
+    idle_energy_fraction: float | None
+    gpus_without_energy: int
+    counter_resets: int
+    covered_s: float
+    grid_intensity_g_per_kwh: float
+    pue: float
+    price_per_kwh_usd: float
+
+
+# ------------------------------------------------------------------------------------------ recommendations
+class Recommendation(Section):
+    kind: str = Field(description="gpu_type, gpu_count, batch_size, power_cap, memory, ...")
+    summary: str
+    reason: str
+    evidence: Json = Field(description="OPEN: the figures behind it, one shape per kind")
+    saving: Json | None = Field(description="OPEN: what following it saves (gpu_hours, energy_j, ...); null: none")
+
+
+class HealthFinding(Section):
+    gpu_uuid: str | None
+    kind: str
+    seconds: float | None
+    fraction: float | None
+    summary: str
+
+
+class HealthSection(Section):
+    findings: list[HealthFinding]
+
+
+# -------------------------------------------------------------------------------------------- traces, sources
+class TracesSection(Section):
+    kineto_files: int
+    snapshot_files: int
+    kineto: Json | None = Field(None, description="OPEN: per-rank Kineto summaries combined")
+    snapshot: Json | None = Field(None, description="OPEN: the latest memory snapshot's summary")
+
+
+def _source(key: str) -> Any:
+    return Field(None, alias=key)
+
+
+class Sources(Section):
+    """Where each headline figure came from (null: the figure is unknown). Keys are `section.figure`."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True, serialize_by_alias=True)
+
+    memory_peak_used_bytes: Literal["nvml", "nvml_max"] | None = _source("memory.peak_used_bytes")
+    memory_peak_allocated_bytes: str | None = _source("memory.peak_allocated_bytes")
+    memory_peak_reserved_bytes: str | None = _source("memory.peak_reserved_bytes")
+    memory_fragmentation_bytes: str | None = _source("memory.fragmentation_bytes")
+    memory_process_peak_bytes: str | None = _source("memory.process_peak_bytes")
+    energy_energy_j: EnergySource | None = _source("energy.energy_j")
+    energy_energy_per_step_j: str | None = _source("energy.energy_per_step_j")
+    time_steps: str | None = _source("time.steps")
+    time_period_s: str | None = _source("time.period_s")
+    time_layers: str | None = _source("time.layers")
+    time_gpu_busy_fraction: str | None = _source("time.gpu_busy_fraction")
+    time_breakdown: str | None = _source("time.breakdown")
+    utilization_gpu_mean_pct: str | None = _source("utilization.gpu_mean_pct")
+    utilization_memory_mean_pct: str | None = _source("utilization.memory_mean_pct")
+    optimization: str | None = _source("optimization")
+
+
+# ------------------------------------------------------------------------------------------------ the report
+class JobReport(Section):
+    job_id: str
+    state: str
+    analyzed_at: float = Field(description="epoch s")
+    analyzer_version: int
+    duration_s: float | None
+    name: str | None
+    team: str | None
+    batch_size: int | None
+    gpus: list[GpuReport]
+    memory: MemorySection
+    time: TimeSection
+    utilization: UtilizationSection
+    energy: EnergySection
+    sources: Sources
+    rightsizing_inputs: Json = Field(description="OPEN: this run's record for right-sizing later runs")
+    recommendations: list[Recommendation]
+    health: HealthSection | None = Field(None, description="throttling, XID, ECC findings; null: not analyzed")
+    traces: TracesSection | None = Field(None, description="uploaded traces; null before any upload was merged")
+    optimization: Json | None = Field(None, description="OPEN: offset/swap plans and fragmentation findings")
