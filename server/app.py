@@ -144,7 +144,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
 def operation_id(route: APIRoute) -> str:
     """`<tag>-<function name>` (`jobs-get_report`, `ingest-ingest_samples`): readable, stable while the function
-    keeps its name, and unique (tests/server/test_openapi.py checks). FastAPI's default was
+    keeps its name, and unique (tests/server/test_api_conventions.py checks). FastAPI's default was
     `get_report_api_v1_jobs__job_id__report_get`."""
     return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
