@@ -134,3 +134,7 @@ def test_gzip_bodies_reach_every_route_through_the_real_transport(live_server, m
     assert "decompressed" in assert_problem(r, 413)["detail"]
     r = httpx.post(live_server + JOBS, content=gzip.compress(b'{"job_id": "gz-1", "name": "n"}'), headers=headers)
     assert r.status_code == 200 and r.json()["name"] == "n" and r.json()["metadata"] == metadata
+    # The inflated requests are still counted under their route (the middleware edits the scope in place).
+    metrics = httpx.get(live_server + "/metrics", timeout=30).text
+    counted = re.search(r'fleetprof_http_request_duration_seconds_count\{route="/api/v1/jobs"\} (\S+)', metrics)
+    assert counted and float(counted.group(1)) >= 3, metrics[:2000]
