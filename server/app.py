@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from server.config import ServerSettings, get_settings
+from server.errors import API_ERROR_RESPONSES, PROBLEM_CONTENT, Problem
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             dispatcher.close()
             engine.dispose()
 
-    app = FastAPI(title="fleetprof", version="1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="fleetprof", version="1.0", description=API_DESCRIPTION, lifespan=lifespan,
+                  generate_unique_id_function=operation_id)
 
     from server.errors import install_error_handlers
     from server.estimate.router import router as estimate_router
@@ -121,24 +124,36 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     from server.traces.router import router as traces_router
 
     install_error_handlers(app)
-    for r in (health_router, ingest_router, jobs_router, recurring_router, traces_router, nodes_router,
-              fleet_router, fleet_views_router, estimate_router):
-        app.include_router(r)
+    app.include_router(health_router)
+    for r in (ingest_router, jobs_router, recurring_router, traces_router, nodes_router, fleet_router,
+              fleet_views_router, estimate_router):
+        app.include_router(r, responses=API_ERROR_RESPONSES)  # all authenticated: 401/403/404/422/429 as Problem
 
+    from server.inflate import InflateMiddleware
     from server.ingest.fastpath import SampleIngestFastPath
     from server.job_paths import EncodedSlashMiddleware
     from server.ratelimit import RequestGuardMiddleware  # inside ObserveMiddleware: 429/413 get its headers
     app.add_middleware(EncodedSlashMiddleware)  # innermost: the router sees a job id's %2F as part of it
     app.add_middleware(SampleIngestFastPath)  # inside the guards: rate and size limits apply to it as to all
+    app.add_middleware(InflateMiddleware, max_decompressed_bytes=settings.max_decompressed_bytes)  # gzip, any route
     app.add_middleware(RequestGuardMiddleware, settings=settings)
     app.add_middleware(ObserveMiddleware, latency=REQUEST_LATENCY)
     _document_protocol_bodies(app)
     return app
 
 
+def operation_id(route: APIRoute) -> str:
+    """`<tag>-<function name>` (`jobs-get_report`, `ingest-ingest_samples`): readable, stable while the function
+    keeps its name, and unique (tests/server/test_api_conventions.py checks). FastAPI's default was
+    `get_report_api_v1_jobs__job_id__report_get`."""
+    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
+
+
 def _document_protocol_bodies(app: FastAPI) -> None:
     """The ingest routes read their (gzip, size-bounded) body raw and point at the wire-protocol models by
-    $ref; FastAPI does not register models it never parses, so add their schemas to the document."""
+    $ref; FastAPI does not register models it never parses, so add their schemas to the document. The same for
+    `Problem`, the body of every error response (server/errors.py): every 4xx/5xx an API route declares with an
+    empty entry (`{409: {}}`) is given that body."""
     from agent.protocol import EventBatch, SampleBatch
 
     generate = app.openapi
@@ -147,10 +162,15 @@ def _document_protocol_bodies(app: FastAPI) -> None:
         if app.openapi_schema is None:
             doc = generate()
             schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-            for model in (SampleBatch, EventBatch):
+            for model in (SampleBatch, EventBatch, Problem):
                 schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 schemas.update(schema.pop("$defs", {}))
                 schemas[model.__name__] = schema
+            for item in doc.get("paths", {}).values():
+                for op in item.values():
+                    for status, response in op.get("responses", {}).items():  # health answers its own bodies
+                        if op.get("security") and status[:1] in "45" and not response.get("content"):
+                            response["content"] = PROBLEM_CONTENT
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Query, Request
+from fastapi import Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
 from server.auth.service import Principal, authenticate, bearer_digest, require_scope
@@ -61,7 +62,21 @@ async def resolve_principal(request: Request, authorization: str | None) -> Prin
     return await run_in_threadpool(lookup)
 
 
-async def get_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+class BearerScheme(HTTPBearer):
+    """The `Authorization: Bearer <token>` scheme, declared so that OpenAPI has it (`components.securitySchemes`,
+    each protected operation's `security`, Swagger's Authorize button). It hands on the raw header: the checks and
+    their 401s stay in `bearer_digest`, the one rule the ingest fast path applies too (HTTPBearer's own would
+    answer a malformed header differently from a missing one)."""
+
+    async def __call__(self, request: Request) -> str | None:  # type: ignore[override]
+        return request.headers.get("authorization")
+
+
+BEARER = BearerScheme(scheme_name="bearer", bearerFormat="fp_…", auto_error=False,
+                      description="A token from `fleetprof token create`, sent as `Authorization: Bearer <token>`.")
+
+
+async def get_principal(request: Request, authorization: Annotated[str | None, Depends(BEARER)]) -> Principal:
     return await resolve_principal(request, authorization)
 
 

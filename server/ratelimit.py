@@ -9,16 +9,17 @@ the configured rate, which is the point of the limit (no client can saturate one
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+import orjson
 from starlette.exceptions import HTTPException
 
 from server.config import ServerSettings
+from server.errors import PROBLEM_MEDIA_TYPE, problem_body
 from server.metrics import INGEST_REJECTED, RATE_LIMITED
 
 Scope = MutableMapping[str, Any]
@@ -77,11 +78,12 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _answer(send: Send, status: int, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    body = json.dumps({"detail": detail}).encode()
+async def answer_problem(send: Send, status: int, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """An error answered by a plain ASGI middleware, in the one problem-details shape (server/errors.py)."""
+    body = orjson.dumps(problem_body(status, detail, headers={k.decode(): v.decode() for k, v in headers}))
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *headers]})
+                "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                            (b"content-length", str(len(body)).encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -110,15 +112,15 @@ class RequestGuardMiddleware:
                 RATE_LIMITED.inc()
                 if scope["path"].startswith("/api/v1/ingest/"):
                     INGEST_REJECTED.labels(reason="rate_limited").inc()
-                await _answer(send, 429, "rate limit of this token exceeded; retry later",
-                              [(b"retry-after", str(max(1, math.ceil(wait_s))).encode())])
+                await answer_problem(send, 429, "rate limit of this token exceeded; retry later",
+                                     [(b"retry-after", str(max(1, math.ceil(wait_s))).encode())])
                 return
         limit = self._body_limit(scope)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             if scope["path"].startswith("/api/v1/ingest/"):
                 INGEST_REJECTED.labels(reason="too_large").inc()
-            await _answer(send, 413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+            await answer_problem(send, 413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
             return
         received = 0
 

@@ -142,7 +142,7 @@ def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
 
 def _send(args: argparse.Namespace, method: str, path: str, body: dict[str, Any], **params: Any) -> Any:
     with client_transport(args.server, args.token, timeout_s=args.timeout + 30) as t:
-        # uncompressed: only the ingest routes read gzip bodies (an estimate with its GPUs is ~10 KB)
+        # uncompressed: collectors before server/inflate.py read gzip on ingest routes only (~10 KB here)
         return t.request(method, path, json_body=body, params=params or None, compress=False).body
 
 

@@ -46,8 +46,8 @@ def test_rest_renders_parameters_bodies_and_schemas() -> None:
                 {"name": "thing_id", "in": "path", "required": True, "schema": {"type": "string"}},
                 {"name": "n", "in": "query", "description": "how many",
                  "schema": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}], "default": 3}},
-                {"name": "authorization", "in": "header", "schema": {"type": "string"}},
             ],
+            "security": [{"bearer": []}], "operationId": "things-make_thing",
             "requestBody": {"required": True, "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/Thing"}}}},
             "responses": {"404": {"description": "no such thing"}},
@@ -61,7 +61,7 @@ def test_rest_renders_parameters_bodies_and_schemas() -> None:
     assert "Auth: `Authorization: Bearer <token>`." in text
     assert "| `n` | query | int \\| null |  | how many; ≥ 1, default `3` |" in text
     assert "| `thing_id` | path | str | yes |  |" in text
-    assert "| `authorization` |" not in text  # said once as "Auth:", not as a parameter
+    assert "operationId: `things-make_thing`." in text
     assert "Body (required): `application/json`: [Thing](#thing)." in text
     assert "| `404` | no such thing |  |" in text
     assert "| `size_bytes` | int | yes | its size |" in text

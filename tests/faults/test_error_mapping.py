@@ -53,7 +53,10 @@ def test_database_unavailable_is_503_with_retry_after(error):
     r = _app(error).get("/boom")
     assert r.status_code == 503
     assert r.headers["Retry-After"] == str(DATABASE_RETRY_AFTER_S)
-    assert r.json() == {"detail": "database unavailable; retry later"}
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json() == {"type": "urn:fleetprof:problem:database-unavailable", "title": "Service Unavailable",
+                        "status": 503, "detail": "database unavailable; retry later",
+                        "retry_after_s": DATABASE_RETRY_AFTER_S}
 
 
 @pytest.mark.slow
@@ -62,3 +65,5 @@ def test_other_database_errors_stay_500(error):
     r = _app(error).get("/boom")
     assert r.status_code == 500
     assert "Retry-After" not in r.headers
+    # The problem shape, and nothing of the exception (its text stays in the collector's log).
+    assert r.json()["type"] == "urn:fleetprof:problem:internal-error" and "SELEC" not in r.text

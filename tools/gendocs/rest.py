@@ -66,11 +66,11 @@ def _operation(path: str, method: str, op: Schema) -> list[str]:
     if op.get("description"):
         lines += ["", op["description"].strip()]
     params = op.get("parameters", [])
-    authed = any(p["name"].lower() == "authorization" and p["in"] == "header" for p in params)
-    lines += ["", "Auth: `Authorization: Bearer <token>`." if authed else "Auth: none."]
+    lines += ["", "Auth: `Authorization: Bearer <token>`." if op.get("security") else "Auth: none.",
+              "", f"operationId: {code(op.get('operationId', ''))}."]
     rows = [(code(p["name"]), p["in"], type_text(p.get("schema", {})), "yes" if p.get("required") else "",
              "; ".join(x for x in (p.get("description", ""), constraints(p.get("schema", {}))) if x))
-            for p in params if not (p["name"].lower() == "authorization" and p["in"] == "header")]
+            for p in params]
     if rows:
         lines += ["", table(("parameter", "in", "type", "required", "notes"), rows)]
     body = op.get("requestBody")
@@ -115,6 +115,16 @@ def render_spec(spec: Schema) -> str:
         "call what (token scopes `agent`, `team:<name>`, `scheduler`, `operator`) is in "
         "[guide-operators.md](guide-operators.md#tokens); a token that may not see a job gets 404, as if the job "
         "did not exist. Every number carries its unit in its name; what cannot be known is `null`.",
+        "",
+        "Conventions: the token is the `bearer` security scheme (`/docs` has an Authorize button). Each operation's "
+        "`operationId` is `<tag>-<function>` (`jobs-get_report`), stable and unique, for generated clients. Every "
+        "error (4xx, 5xx) is an RFC 9457 problem ([Problem](#problem), `application/problem+json`): `type` "
+        "(`urn:fleetprof:problem:<kind>`: `unauthenticated`, `forbidden`, `not-found`, `validation-error`, "
+        "`invalid-input`, `payload-too-large`, `rate-limited`, `overloaded`, `database-unavailable`, ...), `title`, "
+        "`status`, `detail` (a sentence; for request validation the list of issues, also in `errors`), and "
+        "`retry_after_s` beside a `Retry-After` header (429, 503). Request bodies may be sent "
+        "`Content-Encoding: gzip` on every route (at most `FLEETPROF_MAX_DECOMPRESSED_BYTES` once inflated, else "
+        "413; another encoding is 415).",
         "",
         "## Endpoints",
         "",
