@@ -31,7 +31,7 @@ def test_local_estimate_of_own_code_and_upload(cli_env, live_server, make_token,
             "--batch-size", "4", "--gpu", "T4", "--no-search", "--format", "json"]
 
     r = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "not registered" in r.stderr and "--local" in r.stderr  # the server refuses it
+    assert r.returncode == 6 and "not registered" in r.stderr and "--local" in r.stderr  # the server refuses it (422)
 
     r = subprocess.run([*args, "--local", "--job-id", "vision-local-1"], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=300)
