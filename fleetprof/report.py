@@ -59,7 +59,10 @@ class ProcessMemory(Section):
     pid: int
     gpu_uuid: str
     peak_used_bytes: int | None
-    job_id: str | None = Field(description="the job the agent attributed the process to; null: unattributed")
+    job_id: str | None = Field(description="this job's id when the process is this job's; null otherwise (another "
+                                           "job may be another team's: its id is not shown)")
+    whose: Literal["this job", "another job", "unattributed"] = Field(
+        description="whose the agent said the process was: this job's, another job's, or nobody could tell")
     attribution: str | None
     first_seen: float = Field(description="epoch s")
     last_seen: float = Field(description="epoch s")

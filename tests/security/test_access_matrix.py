@@ -182,6 +182,11 @@ def seeded(api, make_token):
               "team_b": make_token("team", team="beta"), "scheduler": make_token("scheduler"),
               "operator": make_token("operator")}
     now = time.time()
+    # The teams register their jobs before they run, as `fleetprof run` does: a job an agent saw first is no
+    # team's to claim, only an operator's or its node's agent's to assign (server.auth.policy.may_write_job).
+    for scope, team, job_id in (*((s, t, JOB_OF[t]) for s, t in TEAM_OF.items()), ("team_b", "beta", OTHER_NODE_JOB)):
+        r = api.post("/api/v1/jobs", headers=auth(tokens[scope]), json={"job_id": job_id, "team": team})
+        assert r.status_code == 200, r.text
     # Each team's job on a GPU of its own, attributed by the node's agent (the processes' FLEETPROF_JOB_ID);
     # beta's job on the other node too.
     for node, agent, jobs in ((NODE, tokens["agent"], {GPU_OF[t]: JOB_OF[t] for t in JOB_OF}),
