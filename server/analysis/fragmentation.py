@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from server.analysis.alloc_trace import AllocationTrace, live_bytes_curve
-from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, OffsetPlan, _best_fit, aligned_sizes
+from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, OffsetPlan, aligned_sizes, best_fit
 
 EXPANDABLE_PAGE_BYTES = 2 << 20  # expandable segments map physical memory in 2 MiB pages
 MIN_FINDING_BYTES = 1 << 20  # savings under 1 MiB are not worth a line in a report
@@ -75,7 +75,7 @@ def summarize_snapshot(snapshot: Mapping[str, Any]) -> dict[str, int]:
 def online_best_fit_bytes(trace: AllocationTrace, alignment: int = DEFAULT_ALIGNMENT_BYTES) -> int:
     """Arena of online best fit in one growing address space: the `expandable_segments` estimate."""
     units = aligned_sizes(trace, alignment) // alignment
-    _, top = _best_fit(units, trace.alloc_seq, trace.free_seq, lookahead=False)
+    _, top = best_fit(units, trace.alloc_seq, trace.free_seq, lookahead=False)
     return int(top) * alignment
 
 
