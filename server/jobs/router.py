@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELDS
 from fleetprof.jobid import job_path
+from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
@@ -36,14 +37,6 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such job, or not visible to this token"}}
 TIMESERIES_METRICS = tuple(name for name, _ in SAMPLE_FIELDS)
 COMPARE_MIN, COMPARE_MAX = 2, 20
-
-
-def _unit(metric: str) -> str | None:
-    for suffix, unit in (("_bytes_per_s", "B/s"), ("_bytes", "B"), ("_pct", "%"), ("_w", "W"), ("_j", "J"),
-                         ("_c", "°C"), ("_mhz", "MHz"), ("_s", "s")):
-        if metric.endswith(suffix):
-            return unit
-    return None
 
 
 def _job_link(path: str, method: str = "get") -> dict[str, Any]:
@@ -202,7 +195,7 @@ def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
         raise InvalidInput(f"unknown metric {metric!r}; one of {', '.join(TIMESERIES_METRICS)}")
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     series = _series(session, job, {metric: points}, since, until)[metric]
-    return TimeseriesOut(job_id=job.job_id, metric=metric, unit=_unit(metric), source="nvml", points=points,
+    return TimeseriesOut(job_id=job.job_id, metric=metric, unit=unit_symbol(metric), source="nvml", points=points,
                          series=series)
 
 
@@ -228,7 +221,7 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     series = _series(session, job, budgets, since, until)
     return TimeseriesBatchOut(job_id=job.job_id, metrics={
-        m: TimeseriesOut(job_id=job.job_id, metric=m, unit=_unit(m), source="nvml", points=budgets[m],
+        m: TimeseriesOut(job_id=job.job_id, metric=m, unit=unit_symbol(m), source="nvml", points=budgets[m],
                          series=series[m]) for m in metric})
 
 
