@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.protocol import SAMPLE_FIELDS
+from agent.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.jobid import job_path
 from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
@@ -35,7 +35,7 @@ from server.responses import json_response
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such job, or not visible to this token"}}
-TIMESERIES_METRICS = tuple(name for name, _ in SAMPLE_FIELDS)
+TIMESERIES_METRICS = SAMPLE_FIELD_NAMES
 COMPARE_MIN, COMPARE_MAX = 2, 20
 
 
