@@ -90,6 +90,7 @@ SAMPLE_FIELDS: tuple[tuple[str, type], ...] = (
     ("ecc_uncorrected_total", int),
     ("xid_last", int),
 )
+SAMPLE_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in SAMPLE_FIELDS)
 PCT_FIELDS = frozenset({"gpu_util_pct", "mem_util_pct"})
 
 OptNonNegInt = NonNegInt | None
@@ -124,7 +125,7 @@ class SampleColumns(_Strict):
     @model_validator(mode="after")
     def _same_length(self) -> SampleColumns:
         n = len(self.ts)
-        for name in ("gpu_uuid", "healthy", *(f for f, _ in SAMPLE_FIELDS)):
+        for name in ("gpu_uuid", "healthy", *SAMPLE_FIELD_NAMES):
             col = getattr(self, name)
             if col is not None and len(col) != n:
                 raise ValueError(f"column {name!r} has {len(col)} values, ts has {n}")

@@ -96,19 +96,10 @@ def node_link(node: str) -> dcc.Link:
 
 
 def by_suffix(key: str, value: Any) -> str:
-    """Format a report field by the unit its name carries (bytes, s, J, W, %, fraction)."""
-    if value is None:
-        return fmt.UNKNOWN
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return fmt.text(value) if not isinstance(value, (dict, list)) else f"{len(value)} item(s)"
-    for suffix, f in (("_bytes", fmt.gib), ("_s", fmt.seconds), ("_j", fmt.energy), ("_w", fmt.watts),
-                      ("_pct", fmt.pct), ("_fraction", fmt.fraction_pct), ("_usd", fmt.usd), ("_g", fmt.grams)):
-        if key.endswith(suffix) or key == suffix[1:]:
-            return f(value)
-    head, per, tail = key.partition("_per_")  # e.g. usd_per_gpu_hour
-    if per and head:
-        return f"{by_suffix(head, value)} per {tail.replace('_', ' ')}"
-    return fmt.count(value)
+    """A report field by the unit its name carries (`fleetprof.units`, the one rule); a dict or list as its size."""
+    if isinstance(value, (dict, list)):
+        return f"{len(value)} item(s)"
+    return fmt.by_key(key, value) if value is None or isinstance(value, (bool, int, float)) else fmt.text(value)
 
 
 def section(title: str, *children: Any, id: str | None = None) -> html.Section:

@@ -122,15 +122,27 @@ _BY_SUFFIX: list[tuple[str, Callable[[float], str]]] = [
     ("usd_per_gpu_hour", lambda v: f"{usd(v)} per GPU-hour"),
     ("usd", usd),  # `usd` itself (a saving's dollars) and `..._usd`
     ("_g", grams),
+    ("_c", lambda v: f"{v:,.0f} °C"),
 ]
+
+# Key suffix -> the unit's symbol, for an API field that names the unit of a series (`unit: "B"`).
+_SYMBOL = {"_bytes_per_s": "B/s", "_per_s": "/s", "_bytes": "B", "_us": "us", "_ms": "ms", "_s": "s", "_pct": "%",
+           "_w": "W", "_j": "J", "_kwh": "kWh", "_mhz": "MHz", "_g": "g", "_c": "°C"}
 
 
 def unit_suffix(key: str) -> str | None:
-    """The unit suffix `key` ends with, if any (`peak_used_bytes` -> `_bytes`)."""
+    """The unit suffix `key` ends with, if any (`peak_used_bytes` -> `_bytes`); a key that is the unit itself
+    (`usd`, `bytes`) counts too."""
     for suffix, _ in _BY_SUFFIX:
-        if key.endswith(suffix):
+        if key.endswith(suffix) or key == suffix.removeprefix("_"):
             return suffix
     return None
+
+
+def unit_symbol(key: str) -> str | None:
+    """The symbol of the unit `key` names by its suffix (`memory_used_bytes` -> `B`), None when it names none."""
+    suffix = unit_suffix(key)
+    return _SYMBOL.get(suffix) if suffix else None
 
 
 _FORMAT = dict(_BY_SUFFIX)

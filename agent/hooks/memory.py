@@ -82,3 +82,13 @@ def cuda_peaks_and_reset(torch: Any) -> tuple[int, int]:
     reserved = int(torch.cuda.max_memory_reserved())
     torch.cuda.reset_peak_memory_stats()
     return allocated, reserved
+
+
+def step_memory(torch: Any, rss: RssPeak, *, cuda: bool) -> dict[str, Any]:
+    """A step event's memory fields: the allocator's peaks on CUDA, the RSS peak on a CPU-only run; {} if unknown."""
+    if cuda:
+        allocated, reserved = cuda_peaks_and_reset(torch)
+        return {"allocated_peak_bytes": allocated, "reserved_peak_bytes": reserved, "memory_source": "cuda_allocator"}
+    peak = rss.read_and_reset()
+    # RSS is what the process holds, the CPU analogue of "reserved"; allocated is unknown.
+    return {} if peak is None else {"reserved_peak_bytes": peak, "memory_source": "cpu_rss"}

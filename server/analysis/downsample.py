@@ -28,6 +28,17 @@ def downsample(ts: np.ndarray, values: np.ndarray, n_points: int) -> tuple[np.nd
     if n <= n_points:
         return ts.copy(), values.copy()
 
+    idx = minmax_indices(values, n_points)
+    return ts[idx], values[idx]
+
+
+def minmax_indices(values: np.ndarray, n_points: int, *, keep_ends: bool = False) -> np.ndarray:
+    """Sorted indices of each bucket's minimum and maximum, at most `n_points` of them (plus the first and last
+    sample with `keep_ends`); every index when the series is short enough. `values` holds no NaN."""
+    n = values.shape[0]
+    n_points = max(2, int(n_points))
+    if n <= n_points:
+        return np.arange(n)
     n_buckets = n_points // 2
     width = -(-n // n_buckets)  # ceil: equal-width buckets, the last one possibly short
     n_buckets = -(-n // width)
@@ -36,7 +47,6 @@ def downsample(ts: np.ndarray, values: np.ndarray, n_points: int) -> tuple[np.nd
     lo = np.concatenate([values, np.full(pad, np.inf)]).reshape(n_buckets, width)
     hi = np.concatenate([values, np.full(pad, -np.inf)]).reshape(n_buckets, width)
     base = np.arange(n_buckets) * width
-    i_min = base + np.argmin(lo, axis=1)
-    i_max = base + np.argmax(hi, axis=1)
-    idx = np.unique(np.concatenate([i_min, i_max]))  # sorted: time order, and min == max kept once
-    return ts[idx], values[idx]
+    ends = np.array([0, n - 1] if keep_ends else [], dtype=np.int64)
+    # sorted: time order, and min == max kept once
+    return np.unique(np.concatenate([base + np.argmin(lo, axis=1), base + np.argmax(hi, axis=1), ends]))

@@ -24,15 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from fleetprof.units import size
 from server.analysis.alloc_trace import AllocationTrace, live_bytes_curve
-from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, OffsetPlan, _best_fit, aligned_sizes
+from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, OffsetPlan, aligned_sizes, best_fit
 
 EXPANDABLE_PAGE_BYTES = 2 << 20  # expandable segments map physical memory in 2 MiB pages
 MIN_FINDING_BYTES = 1 << 20  # savings under 1 MiB are not worth a line in a report
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB"
 
 
 def summarize_snapshot(snapshot: Mapping[str, Any]) -> dict[str, int]:
@@ -75,7 +72,7 @@ def summarize_snapshot(snapshot: Mapping[str, Any]) -> dict[str, int]:
 def online_best_fit_bytes(trace: AllocationTrace, alignment: int = DEFAULT_ALIGNMENT_BYTES) -> int:
     """Arena of online best fit in one growing address space: the `expandable_segments` estimate."""
     units = aligned_sizes(trace, alignment) // alignment
-    _, top = _best_fit(units, trace.alloc_seq, trace.free_seq, lookahead=False)
+    _, top = best_fit(units, trace.alloc_seq, trace.free_seq, lookahead=False)
     return int(top) * alignment
 
 
@@ -124,8 +121,8 @@ def fragmentation_findings(
         waste, req = internal
         findings.append({
             "kind": "internal_rounding",
-            "summary": f"{_mib(waste)} lost to allocator rounding at the peak",
-            "reason": f"{_mib(req)} requested, rounded up to {alignment}-byte multiples and unsplit blocks",
+            "summary": f"{size(waste)} lost to allocator rounding at the peak",
+            "reason": f"{size(req)} requested, rounded up to {alignment}-byte multiples and unsplit blocks",
             "saving_bytes": None,  # inherent to the allocator; reported, not recoverable by a setting
             "waste_bytes": waste,
         })
@@ -144,12 +141,12 @@ def fragmentation_findings(
         reason = "free bytes held in cached segments at the reserved peak"
         if "inactive_split_bytes" in snap:
             reason += (
-                f"; {_mib(snap['inactive_split_bytes'])} sit in segments that also hold live blocks"
+                f"; {size(snap['inactive_split_bytes'])} sit in segments that also hold live blocks"
                 " (inactive splits), which empty_cache() cannot return"
             )
         findings.append({
             "kind": "external_fragmentation",
-            "summary": f"{_mib(ext)} reserved but not allocated ({ext / reserved:.0%} of reserved)",
+            "summary": f"{size(ext)} reserved but not allocated ({ext / reserved:.0%} of reserved)",
             "reason": reason,
             "saving_bytes": ext,
             "waste_bytes": ext,
@@ -162,8 +159,8 @@ def fragmentation_findings(
         findings.append({
             "kind": "expandable_segments",
             "summary": (
-                f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would need about {_mib(expandable)}"
-                + (f", {_mib(saving)} less than reserved" if saving > 0 else ", no less than reserved")
+                f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would need about {size(expandable)}"
+                + (f", {size(saving)} less than reserved" if saving > 0 else ", no less than reserved")
             ),
             "reason": "online best fit replayed in one growing address space, in 2 MiB pages, "
             "plus the bytes live through the whole window",
@@ -177,10 +174,10 @@ def fragmentation_findings(
             "kind": "allocation_order",
             "summary": (
                 f"a planned allocation order ({plan.algorithm}) fits the traced allocations in "
-                f"{_mib(planned)}" + (f", {_mib(saving)} below reserved" if saving > 0 else "")
+                f"{size(planned)}" + (f", {size(saving)} below reserved" if saving > 0 else "")
             ),
-            "reason": f"offset plan arena {_mib(plan.arena_bytes)} vs lower bound {_mib(plan.lower_bound_bytes)} "
-            f"(+{plan.overhead_fraction:.1%}), plus {_mib(untracked)} live through the window",
+            "reason": f"offset plan arena {size(plan.arena_bytes)} vs lower bound {size(plan.lower_bound_bytes)} "
+            f"(+{plan.overhead_fraction:.1%}), plus {size(untracked)} live through the window",
             "saving_bytes": max(saving, 0),
             "planned_bytes": planned,
         })

@@ -13,10 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from agent.protocol import SAMPLE_FIELDS
-
-SAMPLE_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in SAMPLE_FIELDS)
-
 
 @dataclass
 class GpuSeries:

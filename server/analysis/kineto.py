@@ -36,6 +36,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from server.analysis.downsample import minmax_indices
+from server.analysis.jobdata import jsonable
 from server.analysis.trace_io import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
 
 __all__ = [
@@ -186,20 +188,7 @@ class TraceSummary:
             if durations
             else None
         )
-        return _json_safe(out)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    return value
+        return jsonable(out)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -543,7 +532,7 @@ def _memory_timelines(acc: _Accumulator, notes: list[str]) -> list[MemoryTimelin
                 allocated = allocated - low  # frees of blocks allocated before the window
             notes.append(f"{device}: memory rebuilt from Bytes deltas (a lower bound; reserved unknown)")
         reserved = reserved_col if (reserved_col >= 0).all() else None
-        idx = _downsample_peaks(allocated, MEMORY_POINTS_MAX)
+        idx = minmax_indices(allocated, MEMORY_POINTS_MAX, keep_ends=True)
         out.append(
             MemoryTimeline(
                 device=device,
@@ -557,22 +546,6 @@ def _memory_timelines(acc: _Accumulator, notes: list[str]) -> list[MemoryTimelin
             )
         )
     return out
-
-
-def _downsample_peaks(values: np.ndarray, max_points: int) -> np.ndarray:
-    """Indices of at most ~max_points samples: per bucket the max and the min, plus first and last."""
-    n = values.size
-    if n <= max_points:
-        return np.arange(n)
-    buckets = max_points // 2
-    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
-    picks = [0, n - 1]
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        if hi > lo:
-            chunk = values[lo:hi]
-            picks.append(lo + int(np.argmax(chunk)))
-            picks.append(lo + int(np.argmin(chunk)))
-    return np.unique(np.asarray(picks, dtype=np.int64))
 
 
 # ------------------------------------------------------------------------------------------ jobs
@@ -658,7 +631,7 @@ def combine_ranks(summaries: Iterable[TraceSummary | Mapping[str, Any]]) -> dict
             "slowdown_fraction": slowest["step_time_mean_us"] / median - 1.0 if median > 0 else None,
         }
     missing = sorted(set(range(world_size)) - set(ranked)) if world_size else []
-    return _json_safe(
+    return jsonable(
         {
             "world_size": world_size,
             "ranks_present": len(ranked),

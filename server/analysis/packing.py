@@ -67,7 +67,7 @@ def _event_order(alloc_seq: np.ndarray, free_seq: np.ndarray) -> np.ndarray:
     return ids[np.lexsort((tie, kind, pos))]
 
 
-def _best_fit(
+def best_fit(
     units: np.ndarray, alloc_seq: np.ndarray, free_seq: np.ndarray, *, lookahead: bool = True
 ) -> tuple[np.ndarray, int]:
     """Best fit in allocation order. `lookahead=False` is the online rule an allocator with one growing
@@ -282,11 +282,11 @@ def _skyline(units: np.ndarray, alloc_seq: np.ndarray, free_seq: np.ndarray) -> 
 
 
 def _best_fit_online(units: np.ndarray, alloc_seq: np.ndarray, free_seq: np.ndarray) -> tuple[np.ndarray, int]:
-    return _best_fit(units, alloc_seq, free_seq, lookahead=False)
+    return best_fit(units, alloc_seq, free_seq, lookahead=False)
 
 
 ALGORITHMS = {
-    "best_fit": _best_fit,
+    "best_fit": best_fit,
     "skyline": _skyline,
     "greedy_by_size": _greedy_by_size,
     "best_fit_online": _best_fit_online,
@@ -378,67 +378,3 @@ def verify_plan(trace: AllocationTrace, plan: OffsetPlan, *, max_conflicts: int 
         # a conflicting block is left out of the live set so one error does not cascade into many
     return conflicts[:max_conflicts]
 
-
-def optimization_section(
-    trace: AllocationTrace,
-    *,
-    observed_reserved_bytes: int | None = None,
-    pcie_bandwidth_bytes_per_s: float | None = None,
-    step_boundaries: list[float] | np.ndarray | None = None,
-    period_s: float | None = None,
-    gpu_name: str | None = None,
-    snapshot: dict | None = None,
-    alignment: int = DEFAULT_ALIGNMENT_BYTES,
-) -> dict:
-    """The report's JSON-safe `optimization` section: offset plan, swap plan, fragmentation findings.
-
-    `step_boundaries` are seconds on the trace's clock (`alloc_t * time_unit_s`). Byte totals include the
-    bytes that stayed live through the window without appearing in it (`untracked_live_bytes`), so they
-    compare with the observed reserved peak; `traced_*` fields leave them out.
-    """
-    # imported here: both build on this module
-    from server.analysis.fragmentation import fragmentation_findings
-    from server.analysis.swap import plan_swaps, swap_section
-
-    reserved = observed_reserved_bytes if observed_reserved_bytes is not None else trace.observed_reserved_bytes
-    untracked = trace.untracked_live_bytes or 0
-    plan = plan_offsets(trace, alignment=alignment)
-    problems = verify_plan(trace, plan, max_conflicts=1)
-    if problems:  # plans are checked, never trusted
-        raise AssertionError(f"offset plan {plan.algorithm} overlaps live allocations {problems[0]}")
-    planned = untracked + plan.arena_bytes
-    offset_plan = {
-        "allocations": len(trace),
-        "algorithm": plan.algorithm,
-        "lower_bound_bytes": untracked + plan.lower_bound_bytes,
-        "planned_bytes": planned,
-        "observed_reserved_bytes": reserved,
-        "potential_saving_bytes": max(reserved - planned, 0) if reserved is not None else None,
-        "traced_lower_bound_bytes": plan.lower_bound_bytes,
-        "traced_planned_bytes": plan.arena_bytes,
-        "untracked_live_bytes": trace.untracked_live_bytes,
-        "overhead_vs_lower_bound_fraction": plan.overhead_fraction,
-        "arena_by_algorithm_bytes": dict(plan.arena_by_algorithm_bytes),
-        "alignment_bytes": alignment,
-        "elapsed_s": plan.elapsed_s,
-        "source": trace.source,
-        "device": trace.device,
-    }
-    swaps = plan_swaps(
-        trace,
-        pcie_bandwidth_bytes_per_s=pcie_bandwidth_bytes_per_s,
-        gpu_name=gpu_name,
-        step_boundaries_s=step_boundaries,
-        period_s=period_s,
-    )
-    swap = swap_section(swaps, trace)
-    for key in ("old_peak_bytes", "new_peak_bytes", "forced_new_peak_bytes"):
-        swap[key] += untracked
-    return {
-        "offset_plan": offset_plan,
-        "swap_plan": swap,
-        "fragmentation": fragmentation_findings(
-            trace, plan=plan, observed_reserved_bytes=reserved, snapshot=snapshot, alignment=alignment
-        ),
-        "notes": list(trace.notes),
-    }

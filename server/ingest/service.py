@@ -17,7 +17,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from agent.protocol import (
-    SAMPLE_FIELDS,
+    SAMPLE_FIELD_NAMES,
     EventBatch,
     JobEndEvent,
     JobStartEvent,
@@ -51,7 +51,6 @@ from server.models.base import from_epoch, utcnow
 
 log = logging.getLogger(__name__)
 
-SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ def write_samples(session: Session, items: list[PreparedSamples]) -> list[Ingest
     """Write a group of prepared batches in the caller's transaction: one claim, one bulk insert per table."""
     new = _claim_batches(session, [(p.batch.agent_id, p.batch.seq, len(p.batch.samples)) for p in items])
     results: list[IngestResult] = []
-    names = ["gpu_id", "ts", "healthy", *SAMPLE_COLUMNS]
+    names = ["gpu_id", "ts", "healthy", *SAMPLE_FIELD_NAMES]
     columns: list[list[object]] = [[] for _ in names]
     taken: set[tuple[str, int]] = set()
     for p in items:
@@ -174,7 +173,7 @@ def write_samples(session: Session, items: list[PreparedSamples]) -> list[Ingest
     if taken:
         keep = [i for i, col in enumerate(columns) if i < 2 or any(v is not None for v in col)]
         stored = insert_ignore(session, GpuSample.__table__, [names[i] for i in keep], [columns[i] for i in keep])
-        # the first two columns are gpu_id and ts (SAMPLE_COLUMNS)
+        # the first two columns are gpu_id and ts (SAMPLE_FIELD_NAMES)
         note_late_samples(session, cast("list[int]", columns[0]), cast("list[float]", columns[1]), now=time.time())
         sent = sum(r.accepted for r in results)
         if stored != sent:

@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent.protocol import SAMPLE_FIELDS
+from agent.protocol import SAMPLE_FIELD_NAMES
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet import job_fleet_row
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
@@ -48,7 +48,6 @@ from server.models.base import epoch_us, from_epoch, to_epoch, utcnow
 
 log = logging.getLogger(__name__)
 
-SAMPLE_COLUMNS = tuple(name for name, _ in SAMPLE_FIELDS)
 # Samples may reach the server after the job ended (an agent's spool draining after an outage): a report
 # computed within this window after the end is not final, and is recomputed when asked for.
 LATE_DATA_WINDOW = timedelta(minutes=5)
@@ -72,7 +71,7 @@ def job_gpu_windows(session: Session, job: Job, *, now: datetime) -> list[tuple[
 
 
 def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
-                    columns: tuple[str, ...] = SAMPLE_COLUMNS) -> GpuSeries:
+                    columns: tuple[str, ...] = SAMPLE_FIELD_NAMES) -> GpuSeries:
     table = GpuSample.__table__
     stmt = (select(epoch_column(session, table.c.ts), *(table.c[c] for c in columns))
             .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))

@@ -13,9 +13,10 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.protocol import SAMPLE_FIELDS
+from agent.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
+from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
 from server.analysis.rightsizing import rightsize
 from server.config import ServerSettings
@@ -35,16 +36,8 @@ from server.responses import json_response
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such job, or not visible to this token"}}
-TIMESERIES_METRICS = tuple(name for name, _ in SAMPLE_FIELDS)
+TIMESERIES_METRICS = SAMPLE_FIELD_NAMES
 COMPARE_MIN, COMPARE_MAX = 2, 20
-
-
-def _unit(metric: str) -> str | None:
-    for suffix, unit in (("_bytes_per_s", "B/s"), ("_bytes", "B"), ("_pct", "%"), ("_w", "W"), ("_j", "J"),
-                         ("_c", "°C"), ("_mhz", "MHz"), ("_s", "s")):
-        if metric.endswith(suffix):
-            return unit
-    return None
 
 
 def _job_link(path: str, method: str = "get") -> dict[str, Any]:
@@ -205,7 +198,7 @@ def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
         raise InvalidInput(f"unknown metric {metric!r}; one of {', '.join(TIMESERIES_METRICS)}")
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     series = _series(session, job, {metric: points}, since, until)[metric]
-    return TimeseriesOut(job_id=job.job_id, metric=metric, unit=_unit(metric), source="nvml", points=points,
+    return TimeseriesOut(job_id=job.job_id, metric=metric, unit=unit_symbol(metric), source="nvml", points=points,
                          series=series)
 
 
@@ -231,7 +224,7 @@ def get_timeseries_batch(job_id: str, principal: JobReaderAuth, session: Session
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     series = _series(session, job, budgets, since, until)
     return TimeseriesBatchOut(job_id=job.job_id, metrics={
-        m: TimeseriesOut(job_id=job.job_id, metric=m, unit=_unit(m), source="nvml", points=budgets[m],
+        m: TimeseriesOut(job_id=job.job_id, metric=m, unit=unit_symbol(m), source="nvml", points=budgets[m],
                          series=series[m]) for m in metric})
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from server.analysis import alloc_trace
 from server.analysis.kineto import summarize_trace
-from server.analysis.packing import optimization_section
+from server.analysis.optimization import optimization_section
 from server.analysis.snapshot import SnapshotFormatError, parse_snapshot_json
 from server.analysis.trace_io import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
 from server.errors import Conflict, InvalidInput, PayloadTooLarge, UnsupportedMediaType

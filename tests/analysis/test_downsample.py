@@ -40,3 +40,16 @@ def test_property_extremes_and_bound(values, n_points):
     assert len(v_d) <= max(2, n_points) or len(v_d) == v.size
     assert v_d.max() == v.max() and v_d.min() == v.min()
     assert np.all(np.diff(t_d) > 0)
+
+
+def test_indices_keep_ends_and_extremes_for_trace_memory():
+    # the Kineto memory timeline indexes three columns at once, so it takes indices, first and last kept
+    from server.analysis.downsample import minmax_indices
+
+    rng = np.random.default_rng(0)
+    v = np.cumsum(rng.integers(-5, 6, 10_001)).astype(np.int64)
+    idx = minmax_indices(v, 100, keep_ends=True)
+    assert len(idx) <= 102 and idx[0] == 0 and idx[-1] == len(v) - 1
+    assert np.all(np.diff(idx) > 0)
+    assert v[idx].max() == v.max() and v[idx].min() == v.min()
+    assert minmax_indices(v[:50], 100).tolist() == list(range(50))

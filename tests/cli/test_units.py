@@ -68,3 +68,14 @@ def test_series_say_how_long_they_are_and_sections_how_they_nest() -> None:
 def test_every_source_the_analyzers_write_reads_in_words() -> None:
     for raw in ("nvml", "nvml_max", "cuda_allocator", "cpu_rss", "hardware_counter", "integrated_power"):
         assert units.source(raw) != raw, raw
+
+
+@pytest.mark.parametrize(("key", "symbol"), [
+    ("memory_used_bytes", "B"), ("pcie_tx_bytes_per_s", "B/s"), ("gpu_util_pct", "%"), ("power_w", "W"),
+    ("energy_counter_j", "J"), ("temperature_c", "°C"), ("sm_clock_mhz", "MHz"), ("duration_s", "s"),
+    ("samples_per_s", "/s"),  # a rate, not seconds
+    ("throttle_reasons", None), ("xid_last", None),
+])
+def test_a_series_unit_is_the_symbol_its_key_names(key: str, symbol: str | None) -> None:
+    # the timeseries API's `unit` and the report's formatting read one table of suffixes
+    assert units.unit_symbol(key) == symbol

@@ -194,7 +194,7 @@ def test_by_suffix_reads_the_unit_from_the_name() -> None:
     from dashboard.components import by_suffix
 
     assert by_suffix("usd", 552.96) == "$552.96"
-    assert by_suffix("usd_per_gpu_hour", 2.88) == "$2.88 per gpu hour"
+    assert by_suffix("usd_per_gpu_hour", 2.88) == "$2.88 per GPU-hour"
     assert by_suffix("planned_peak_bytes", 2 * GIB) == "2.00 GiB"
     assert by_suffix("pcie_time_s", 0.5) == "500.0 ms"
     assert by_suffix("saved_fraction", 0.25) == "25.0 %"

@@ -36,7 +36,7 @@ def test_rss_peak_reads_vmhwm_from_a_fake_proc(tmp_path: Path) -> None:
 
 
 def test_parse_requested_bytes() -> None:
-    from agent.hooks.torch import parse_requested_bytes
+    from agent.hooks.events import parse_requested_bytes
 
     assert parse_requested_bytes("CUDA out of memory. Tried to allocate 2.50 GiB (GPU 0)") == int(2.5 * 2**30)
     assert parse_requested_bytes("Tried to allocate 512 bytes") == 512

@@ -4,7 +4,8 @@ import json
 
 from server.analysis.alloc_trace import from_triples
 from server.analysis.fragmentation import fragmentation_findings, online_best_fit_bytes, summarize_snapshot
-from server.analysis.packing import optimization_section, plan_offsets
+from server.analysis.optimization import optimization_section
+from server.analysis.packing import plan_offsets
 
 
 def _by_kind(findings):

@@ -1,0 +1,56 @@
+"""The hooks' events as the wire protocol's dicts: the fields every event carries, job start and OOM."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable
+from typing import Any
+
+
+class EventFactory:
+    """Builds events for one job; the rank is read from torch.distributed once it is initialized."""
+
+    def __init__(self, torch: Any, job_id: str, clock: Callable[[], float]):
+        self._torch = torch
+        self.job_id = job_id
+        self._clock = clock
+        self.rank = 0
+        self._rank_known = False
+
+    def base(self, kind: str) -> dict[str, Any]:
+        if not self._rank_known:
+            dist = self._torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                self.rank = int(dist.get_rank())
+                self._rank_known = True
+        return {"kind": kind, "job_id": self.job_id, "ts": self._clock(), "rank": self.rank}
+
+    def job_start(self) -> dict[str, Any]:
+        ev = self.base("job_start")
+        ev.update(host=socket.gethostname(), pid=os.getpid(), framework=f"pytorch {self._torch.__version__}",
+                  device=_device_name(self._torch))
+        return ev
+
+    def oom(self, exc: BaseException) -> dict[str, Any]:
+        ev = self.base("oom")
+        msg = str(exc)
+        ev.update(message=msg[:4000], requested_bytes=parse_requested_bytes(msg))
+        return ev
+
+
+_ALLOC_RE = re.compile(r"Tried to allocate ([0-9.]+) ?(bytes|B|KiB|MiB|GiB|TiB)")
+_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def parse_requested_bytes(message: str) -> int | None:
+    """'CUDA out of memory. Tried to allocate 20.00 MiB ...' -> 20971520 (rounded as printed)."""
+    m = _ALLOC_RE.search(message)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
+def _device_name(torch: Any) -> str:
+    if torch.cuda.is_initialized():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cuda" if torch.cuda.is_available() else "cpu"
