@@ -33,10 +33,10 @@ from bench.scratch import scratch_database  # noqa: E402
 from server.analysis.characterize import ANALYZER_VERSION  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
-from server.ingest.bulk import insert_ignore  # noqa: E402
 from server.migrate import upgrade  # noqa: E402
 from server.models import Gpu, GpuHourly, GpuSample, Job, JobGpu, Node, ProcessSample, Report  # noqa: E402
 from server.models.base import from_epoch  # noqa: E402
+from server.storage.bulk import insert_ignore  # noqa: E402
 
 COLUMNS = ("memory_used_bytes", "gpu_util_pct", "power_w", "energy_counter_j")
 

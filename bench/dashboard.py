@@ -132,8 +132,8 @@ def load_fleet(http: httpx.Client, factory, *, gpus: int, hours: int, raw_s: int
     from sqlalchemy import select
 
     from server.db import session_scope
-    from server.ingest.bulk import insert_ignore
     from server.models import Gpu, GpuHourly
+    from server.storage.bulk import insert_ignore
 
     rng = np.random.default_rng(1)
     now = time.time()

@@ -551,7 +551,7 @@ def main() -> int:
             batches_db, rows_db = conn.execute(
                 text("SELECT count(*), coalesce(sum(rows), 0) FROM ingest_batches WHERE kind = 'samples'")).one()
             # inventory writes per batch: the collector re-syncs a node's row and its GPUs' rows whenever its
-            # cache entry is older than the refresh interval (server/ingest/inventory.py)
+            # cache entry is older than the refresh interval (server/nodes/service.py)
             inv_updates = conn.execute(text("SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables "
                                             "WHERE relname IN ('nodes', 'gpus')")).scalar()
         engine.dispose()

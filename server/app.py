@@ -76,9 +76,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         from server.auth.service import TokenCache
         from server.db import make_engine, make_sessionmaker
         from server.dispatch import CeleryDispatcher, Dispatcher, InProcessDispatcher
-        from server.ingest.inventory import InventoryCache
         from server.ingest.router import InflightLimiter
         from server.ingest.writer import SampleWriter
+        from server.nodes.service import InventoryCache
 
         engine = make_engine(settings)
         factory = make_sessionmaker(engine)

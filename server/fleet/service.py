@@ -42,9 +42,9 @@ from server.analysis.fleet import (
 )
 from server.auth.policy import link_window
 from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel, rowcount
-from server.ingest.bulk import insert_ignore
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
 from server.models.base import from_epoch
+from server.storage.bulk import insert_ignore
 from server.storage.partitions import DAY_S, day_of
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from server.deps import AgentAuth, DispatcherDep, EventWriterAuth, SettingsDep
 from server.errors import InvalidInput, Overloaded
 from server.ingest import service
 from server.ingest.body import parse_json, read_body
-from server.ingest.inventory import NeedsDatabase
 from server.metrics import INGEST_BATCHES, INGEST_REJECTED, INGEST_SAMPLES
+from server.nodes.service import NeedsDatabase
 
 router = APIRouter(prefix="/api/v1/ingest", tags=["ingest"])
 

@@ -31,8 +31,6 @@ from server.auth.service import Principal
 from server.db import dialect_insert, is_postgres, raw_connection, rowcount
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
-from server.ingest.bulk import insert_ignore
-from server.ingest.inventory import InventoryCache, NeedsDatabase, sync_node
 from server.jobs import service as job_service
 from server.jobs import unseen
 from server.models import (
@@ -48,6 +46,8 @@ from server.models import (
     ProcessSample,
 )
 from server.models.base import from_epoch, utcnow
+from server.nodes.service import InventoryCache, NeedsDatabase, sync_node
+from server.storage.bulk import insert_ignore
 
 log = logging.getLogger(__name__)
 

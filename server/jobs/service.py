@@ -12,10 +12,10 @@ from server.auth import policy
 from server.auth.service import Principal
 from server.db import dialect_insert
 from server.errors import Forbidden, InvalidInput, NotFound
-from server.ingest.inventory import ensure_gpus
 from server.jobs.schemas import JobCreate, JobRead
 from server.models import TERMINAL_STATES, Gpu, Job, JobGpu
 from server.models.base import from_epoch, to_epoch, utcnow
+from server.nodes.service import ensure_gpus
 
 # The key in `Job.extra` that says why the server ended a job (server.jobs.unseen); JobRead.end_reason.
 END_REASON = "end_reason"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from server.ingest import pgcopy
-from server.ingest.bulk import insert_ignore
 from server.models import Gpu, GpuSample, Node
 from server.models.base import epoch_us
+from server.storage import pgcopy
+from server.storage.bulk import insert_ignore
 from tests.server.helpers import auth, gz, sample_batch
 
 TYPES = ["bigint", "timestamptz", "boolean", "bigint", "float", "integer"]

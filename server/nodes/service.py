@@ -1,4 +1,5 @@
-"""Nodes and GPUs: upserts from agent batches and job registrations, with an in-process id cache.
+"""Nodes and GPUs: upserts from agent batches and job registrations, with an in-process id cache; the inventory
+reads of GET /api/v1/nodes and /api/v1/gpus.
 
 Agents send their inventory with every batch; writing it every time would cost a round trip per batch,
 so unchanged inventory is only refreshed (last_seen) every `refresh_s` (60 s: last-seen has minute resolution;
@@ -16,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from agent.protocol import GpuInfo, NodeInfo
 from server.models import Gpu, Node
-from server.models.base import utcnow
+from server.models.base import to_epoch, utcnow
+from server.nodes.schemas import GpuRead, NodeRead
 
 
 @dataclass
@@ -128,3 +130,28 @@ def ensure_gpus(session: Session, *, node: str, uuids: list[str]) -> dict[str, i
             existing[uuid] = gpu
     session.flush()
     return {u: existing[u].id for u in uuids}
+
+
+def _gpu_read(gpu: Gpu, node: str) -> GpuRead:
+    return GpuRead(node=node, uuid=gpu.uuid, index=gpu.index, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes,
+                   pci_bus_id=gpu.pci_bus_id, mig_parent_uuid=gpu.mig_parent_uuid, power_source=gpu.power_source,
+                   power_limit_w=gpu.power_limit_w, healthy=gpu.healthy, last_seen_at=to_epoch(gpu.last_seen_at))
+
+
+def list_nodes(session: Session) -> list[NodeRead]:
+    counts: dict[int, int] = {}
+    for (node_id,) in session.execute(select(Gpu.node_id)):
+        counts[node_id] = counts.get(node_id, 0) + 1
+    return [NodeRead(name=n.name, hostname=n.hostname, driver_version=n.driver_version, cuda_version=n.cuda_version,
+                     nvml_version=n.nvml_version, source=n.last_source, gpu_count=counts.get(n.id, 0),
+                     dropped_samples_total=n.dropped_samples_total or 0, clock_skew_s=n.clock_skew_s,
+                     last_seen_at=to_epoch(n.last_seen_at))
+            for n in session.scalars(select(Node).order_by(Node.name))]
+
+
+def list_gpus(session: Session, *, node: str | None = None) -> list[GpuRead]:
+    """Every GPU (of `node` alone when given), by node name and index."""
+    stmt = select(Gpu, Node.name).join(Node, Node.id == Gpu.node_id).order_by(Node.name, Gpu.index)
+    if node is not None:
+        stmt = stmt.where(Node.name == node)
+    return [_gpu_read(g, name) for g, name in session.execute(stmt)]

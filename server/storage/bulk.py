@@ -1,7 +1,7 @@
 """Bulk writes of time-series rows, de-duplicated on the table's primary key.
 
 Postgres: rows whose columns are all fixed-size (GPU samples) go in one binary COPY per table and group
-(server/ingest/pgcopy.py), others (process samples, with text columns) in one `INSERT ... SELECT ... FROM
+(server/storage/pgcopy.py), others (process samples, with text columns) in one `INSERT ... SELECT ... FROM
 unnest(typed arrays)`; neither checks for conflicts. The rare group that meets a row already stored is rolled
 back to a savepoint and redone with `INSERT ... ON CONFLICT DO NOTHING`. Measured per row into the partitioned
 sample table (docs/ARCHITECTURE.md, "Ingest path"): binary COPY ~2.4 us, unnest INSERT ~5.4 us, unnest INSERT
@@ -22,8 +22,8 @@ from sqlalchemy.dialects import postgresql as _pg_dialect
 from sqlalchemy.orm import Session
 
 from server.db import is_postgres, raw_connection, rowcount
-from server.ingest import pgcopy
 from server.models.base import from_epoch
+from server.storage import pgcopy
 from server.storage.partitions import PARTITIONED_TABLES, PARTITIONS, day_of
 
 _PG = _pg_dialect.dialect()
