@@ -138,7 +138,7 @@ def main() -> int:
         job = synthetic_job(hours=args.hours, n_gpus=args.gpus)
         samples = sum(g.ts.size for g in job.gpus)
         job_pk, load_s = load_job(factory, job)
-        from server.jobs.report_service import characterize_job_pk
+        from server.jobs.report_store import characterize_job_pk
 
         times = []
         for _ in range(args.repeat):
@@ -170,7 +170,7 @@ def main() -> int:
             body = r.json()
         first, lat = lat[0], sorted(lat[1:])
         # The same job while it still runs: the beat characterizes it every minute. The first run in a process reads
-        # everything; the next ones what came since (report_service.RUNNING_SERIES).
+        # everything; the next ones what came since (server.jobs.running_cache.RUNNING_SERIES).
         with session_scope(factory) as session:
             session.execute(update(Job).where(Job.id == job_pk).values(state="running", ended_at=None))
         running = []

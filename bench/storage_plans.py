@@ -393,7 +393,7 @@ def run_paths(factory, settings: ServerSettings, now: float, show_sql: bool,  # 
     from server.fleet import service as fleet_service
     from server.fleet.dashboard_router import fleet_timeline
     from server.fleet.router import parse_window
-    from server.jobs import report_service
+    from server.jobs import loader
     from server.jobs.router import get_timeseries
 
     operator = Principal(token_id=0, scope="operator")
@@ -405,8 +405,8 @@ def run_paths(factory, settings: ServerSettings, now: float, show_sql: bool,  # 
     job = session.query(Job).filter_by(job_id=REPORT_JOB).one()
     span = " -> ".join(f"{t:%Y-%m-%d %H:%M}" for t in (job.started_at, job.ended_at))
     paths: list[tuple[str, Callable[[], Any]]] = [
-        (f"(a) job report load: 8 GPUs x 24 h at 1 Hz ({span} UTC), report_service.load_job_data",
-         lambda: report_service.load_job_data(session, job, settings, now=time.time())),
+        (f"(a) job report load: 8 GPUs x 24 h at 1 Hz ({span} UTC), loader.load_job_data",
+         lambda: loader.load_job_data(session, job, settings, now=time.time())),
         ("(b) job timeseries, gpu_util_pct, 1000 points per GPU (GET /jobs/{id}/timeseries)",
          lambda: get_timeseries(REPORT_JOB, operator, session, metric="gpu_util_pct", points=1000, since=None,
                                 until=None)),

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -87,11 +88,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
             upgrade(settings)  # embedded mode migrates itself; cluster mode runs `fleetprof db upgrade`
         if settings.broker_url:
+            from server.jobs.tasks import CHARACTERIZE_TASK
             from server.worker import create_celery_app
 
-            dispatcher: Dispatcher = CeleryDispatcher(create_celery_app(settings))
+            dispatcher: Dispatcher = CeleryDispatcher(create_celery_app(settings), characterize_task=CHARACTERIZE_TASK)
         else:
-            dispatcher = InProcessDispatcher(factory, settings)
+            from server.jobs.report_store import characterize_job_pk
+
+            dispatcher = InProcessDispatcher(characterize=partial(characterize_job_pk, factory, settings=settings))
         app.state.settings = settings
         app.state.engine = engine
         app.state.sessionmaker = factory

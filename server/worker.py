@@ -1,13 +1,14 @@
-"""The Celery application factory (Redis broker). The worker builds its database engine after fork."""
+"""The Celery application factory (Redis broker). The worker builds its database engine after fork
+(server/worker_session.py)."""
 
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import worker_process_init
 
 from server.config import ServerSettings, get_settings
 
-_state: dict[str, object] = {}
+# Each domain owns its Celery tasks; the worker imports these modules (Celery's `include`), nothing imports it back.
+TASK_MODULES = ("server.jobs.tasks", "server.fleet.tasks", "server.storage.tasks")
 
 
 def create_celery_app(settings: ServerSettings | None = None) -> Celery:
@@ -15,7 +16,7 @@ def create_celery_app(settings: ServerSettings | None = None) -> Celery:
     if not settings.broker_url:
         raise ValueError("FLEETPROF_BROKER_URL is not set: Celery needs a Redis broker (embedded mode runs tasks "
                          "in-process)")
-    app = Celery("fleetprof", broker=settings.broker_url, include=["server.tasks"])
+    app = Celery("fleetprof", broker=settings.broker_url, include=list(TASK_MODULES))
     app.conf.update(
         task_default_queue=settings.queue_name,
         task_acks_late=True,                 # a worker killed mid-task leaves the task for another worker
@@ -33,20 +34,6 @@ def create_celery_app(settings: ServerSettings | None = None) -> Celery:
     )
     app.conf.fleetprof_settings = settings
     return app
-
-
-def session_factory():
-    """The worker process's sessionmaker, built lazily after fork (never shared across processes)."""
-    if "factory" not in _state:
-        from server.db import make_engine, make_sessionmaker
-
-        _state["factory"] = make_sessionmaker(make_engine(get_settings()))
-    return _state["factory"]
-
-
-@worker_process_init.connect
-def _reset_after_fork(**_: object) -> None:
-    _state.clear()
 
 
 celery_app = None

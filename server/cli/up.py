@@ -54,7 +54,8 @@ def _periodic(stop: threading.Event, settings) -> None:
     """Embedded mode's beat: rollups and due characterizations, in-process."""
     from server.db import make_engine, make_sessionmaker, session_scope
     from server.fleet.service import RECENT_HOURS, backlog_spans, rollup_hours
-    from server.jobs.report_service import characterize_job_pk, jobs_due
+    from server.jobs.report_store import characterize_job_pk
+    from server.jobs.sweep import jobs_due
     from server.jobs.unseen import end_unseen_jobs
     from server.storage.partitions import apply_retention
 

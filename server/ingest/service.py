@@ -251,7 +251,7 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
             elif isinstance(ev, OomEvent):
                 job.extra = {**(job.extra or {}), "oom_seen": True}
     # Steps or layers of a job that has already ended change what its final report and plot views were made of:
-    # the job counts as updated, so that both are computed again (report_service.jobs_due) and not served stale.
+    # the job counts as updated, so that both are computed again (server.jobs.sweep.jobs_due) and not served stale.
     fed = {r["job_pk"] for r in step_rows + layer_rows}
     for job in jobs.values():
         if job.id in fed and job.state in TERMINAL_STATES:

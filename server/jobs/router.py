@@ -24,8 +24,9 @@ from server.db import read_in_parallel
 from server.deps import DispatcherDep, EpochQuery, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput, NotFound
 from server.job_paths import JOB
-from server.jobs import plot_series, report_service
+from server.jobs import loader, plot_series, report_store
 from server.jobs import service as job_service
+from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
 from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState, RightsizingOut, StepsOut
@@ -107,7 +108,7 @@ def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: Settin
                  ) -> dict[str, Any]:
     jobs = job_service.get_visible_jobs(session, job_ids=parse_compare_ids(ids), principal=principal)
     runs = [({"job_id": j.job_id, "name": j.name, "team": j.team, "framework": j.framework,
-              "batch_size": j.batch_size, "state": j.state}, report_service.get_report(session, j, settings))
+              "batch_size": j.batch_size, "state": j.state}, report_store.get_report(session, j, settings))
             for j in jobs]
     return compare_runs(runs)
 
@@ -125,7 +126,7 @@ def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRe
 def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
-    report = report_service.get_report(session, job, settings, refresh=refresh)
+    report = report_store.get_report(session, job, settings, refresh=refresh)
     if format == "html":
         series = _series(session, job, dict.fromkeys(("memory_used_bytes", "power_w", "gpu_util_pct"), 600),
                          None, None)
@@ -164,9 +165,9 @@ def _series(session: Session, job: Any, points: dict[str, int], since: float | N
     out: dict[str, list[SeriesOut]] = {m: [] for m in points}
     now_dt = datetime.now(UTC)
     # A finished job's whole-range view comes from its stored plot views, exactly as the samples would give it.
-    stored = report_service.final_plot_views(session, job) if since is None and until is None else None
+    stored = report_store.final_plot_views(session, job) if since is None and until is None else None
     reads: list[tuple[Gpu, dict[str, plot_series.Series] | Future[dict[str, plot_series.Series]] | None]] = []
-    for gpu, start, end in report_service.job_gpu_windows(session, job, now=now_dt):
+    for gpu, start, end in loader.job_gpu_windows(session, job, now=now_dt):
         if since is not None:
             start = max(start, from_epoch(since))
         if until is not None:
@@ -245,7 +246,7 @@ def job_steps(job_id: str, principal: JobReaderAuth, session: SessionDep, since:
     source = "framework hooks (per-step wall time; torch.cuda max_memory_allocated/reserved per step)"
     if points is not None and since is None and until is None:
         # A finished job's whole-range view comes from its stored plot views, as the steps would give it.
-        stored = report_service.final_plot_views(session, job)
+        stored = report_store.final_plot_views(session, job)
         if stored is not None and (down := stored.downsampled_steps(points)) is not None:
             return json_response({"job_id": job.job_id, "memory_source": stored.memory_source, "source": source,
                           "wall_s_histogram": stored.histogram, **down["rows"], "raw_count": down["raw_count"],
@@ -292,9 +293,9 @@ def unknown_job_route(job_id: str, rest: str) -> None:
 
 def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: int) -> dict[str, Any]:
     """The recommendation from `job` and the earlier runs of its name and team, all from cached reports."""
-    if not report_service.has_report(session, job):
-        report_service.compute_report(session, job, settings)
-    runs = report_service.rightsizing_history(session, job, limit=history)
+    if not report_store.has_report(session, job):
+        report_store.compute_report(session, job, settings)
+    runs = rightsizing_history(session, job, limit=history)
     result = rightsize([r for _, r in runs])
     return {"job_id": job.job_id, "name": job.name, "team": job.team, "history_job_ids": [j for j, _ in runs],
             **result}

@@ -5,7 +5,7 @@ whose end nobody registered (a pod ends without telling anyone; a node or `fleet
 stay "running" for ever, and keep claiming every later sample of its GPUs. Each GPU link's `last_seen_at` is the
 latest process row of the job on that GPU (server.ingest.service); once the latest of them is older than
 `job_unseen_timeout_s`, the sweep ends the job *at that time*, state "lost", with the reason in
-`extra["end_reason"]`. Its job<->GPU windows end there too (report_service.link_window ends at the job's end), so
+`extra["end_reason"]`. Its job<->GPU windows end there too (server.auth.policy.link_window ends at the job's end), so
 later samples of those GPUs are not the job's, and the characterization sweep gives it its final report.
 
 The server may be wrong (an agent cut off for longer than the timeout, a job off its GPUs that long): a lost job

@@ -6,7 +6,7 @@ check). The statements are captured from the real code paths, never copied by ha
 checked as it now is:
 
     with capture_statements(session) as captured:
-        report_service.load_job_data(session, job, settings, now=now)
+        loader.load_job_data(session, job, settings, now=now)
     for stmt in captured:
         plan = explain(session, stmt, catalog=Catalog.load(session))
 

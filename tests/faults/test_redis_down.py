@@ -117,7 +117,8 @@ def test_sweep_redoes_stale_running_report(fault_db):
     from server.config import ServerSettings
     from server.db import make_sessionmaker, session_scope
     from server.jobs import service as job_service
-    from server.jobs.report_service import compute_report, jobs_due
+    from server.jobs.report_store import compute_report
+    from server.jobs.sweep import jobs_due
     from server.models import Job
     from server.models.base import from_epoch
 

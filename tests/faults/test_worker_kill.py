@@ -111,7 +111,7 @@ def expected_report(database_url: str, job_id: str) -> dict:
 
     from server.analysis.characterize import characterize
     from server.config import ServerSettings
-    from server.jobs.report_service import load_job_data
+    from server.jobs.loader import load_job_data
     from server.models import Job
 
     engine = create_engine(database_url)

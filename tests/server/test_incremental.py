@@ -1,5 +1,5 @@
 """A running job is characterized again every minute from what this process read last time plus what came since
-(report_service: RUNNING_SERIES, SERIES_OVERLAP_S): the same arrays and the same report as reading everything,
+(server.jobs.running_cache: RUNNING_SERIES, SERIES_OVERLAP_S): the same arrays and the same report as reading everything,
 stragglers within the overlap included; the final characterization of an ended job reads everything."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _processes(data) -> list[tuple]:  # type: ignore[no-untyped-def]
 
 
 def _load(db_session, settings, *, incremental: bool, now: float):  # type: ignore[no-untyped-def]
-    from server.jobs.report_service import load_job_data
+    from server.jobs.loader import load_job_data
     from server.models import Job
 
     db_session.expire_all()
@@ -111,7 +111,7 @@ def test_a_running_jobs_next_read_is_what_came_since_and_equals_reading_everythi
 
 def test_stragglers_older_than_the_overlap_wait_for_the_final_read(api, running_job, db_session,  # type: ignore[no-untyped-def]
                                                                   server_settings) -> None:
-    from server.jobs.report_service import SERIES_OVERLAP_S
+    from server.jobs.running_cache import SERIES_OVERLAP_S
 
     t0, agent = running_job["t0"], running_job["agent"]
     _load(db_session, server_settings, incremental=True, now=t0 + 1800 + SERIES_OVERLAP_S + 600)

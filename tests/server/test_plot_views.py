@@ -76,7 +76,7 @@ def _drop_raw_data(db_session) -> None:  # type: ignore[no-untyped-def]
 
 def test_final_views_are_stored_and_answer_exactly_as_the_samples(api, finished_job, db_session) -> None:  # type: ignore[no-untyped-def]
     op = finished_job["op"]
-    from server.jobs.report_service import final_plot_views
+    from server.jobs.report_store import final_plot_views
     from server.models import Job
 
     job = db_session.scalar(select(Job).where(Job.job_id == "v"))

@@ -148,10 +148,10 @@ def _job(fleet: Fleet):  # type: ignore[no-untyped-def]
 
 
 def test_report_load_reads_the_jobs_two_days_by_primary_key(fleet):
-    from server.jobs import report_service
+    from server.jobs import loader
 
     job = _job(fleet)
-    plans = _plans(fleet, lambda: report_service.load_job_data(fleet.session, job, fleet.settings, now=fleet.now))
+    plans = _plans(fleet, lambda: loader.load_job_data(fleet.session, job, fleet.settings, now=fleet.now))
     reads = _reads_of(plans, "gpu_samples")
     assert len(reads) == GPUS_PER_NODE  # one COPY per GPU
     for plan in reads:
@@ -208,11 +208,11 @@ DEFEATS = {
 
 @pytest.mark.parametrize("defeat", DEFEATS)
 def test_the_check_fails_on_a_query_that_defeats_pruning_or_the_index(fleet, defeat):
-    from server.jobs import report_service
+    from server.jobs import loader
 
     job = _job(fleet)
     with capture_statements(fleet.session) as captured:
-        report_service.load_job_data(fleet.session, job, fleet.settings, now=fleet.now)
+        loader.load_job_data(fleet.session, job, fleet.settings, now=fleet.now)
     stmt = next(s for s in captured if s.via_copy)
     pattern, replacement = DEFEATS[defeat]
     changed, n = re.subn(pattern, replacement, stmt.sql)

@@ -68,7 +68,7 @@ def test_next_run_of_a_recurring_job_is_sized_by_its_name(api, make_token):
 def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, db_session):
     from sqlalchemy import event
 
-    from server.jobs.report_service import rightsizing_history
+    from server.jobs.history import rightsizing_history
     from server.jobs.service import find_job
     from server.lru import LruCache
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from server.db import make_engine, make_sessionmaker, session_scope
-from server.jobs import report_service
+from server.jobs import report_store, sweep
 from server.jobs.unseen import end_unseen_jobs
 from server.models import Job
 from tests.server.helpers import auth, sample_batch
@@ -74,13 +74,13 @@ def test_a_job_no_longer_seen_is_ended_reported_and_gives_up_its_gpus(api, make_
 
     # The characterization sweep gives it its final report, from its own 20 s of GPU 0 only.
     with session_scope(factory) as session:
-        due = report_service.jobs_due(session, every_s=60)
+        due = sweep.jobs_due(session, every_s=60)
     assert jobs[job_id].id in due
-    assert report_service.characterize_job_pk(factory, jobs[job_id].id, server_settings)
+    assert report_store.characterize_job_pk(factory, jobs[job_id].id, server_settings)
     with session_scope(factory) as session:
         row = session.get(Job, jobs[job_id].id)
-        cached = report_service.cached_report(session, row)
-        assert cached is not None and report_service.is_final(cached, row)
+        cached = report_store.cached_report(session, row)
+        assert cached is not None and report_store.is_final(cached, row)
         report = cached.data
     assert report["state"] == "lost"
     assert report["duration_s"] == pytest.approx(19, abs=0.01)

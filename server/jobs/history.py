@@ -1,0 +1,54 @@
+"""Right-sizing history: the `rightsizing_inputs` of a job's cached report and of earlier runs of the same job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from server.analysis import characterize as characterize_mod
+from server.lru import LruCache
+from server.models import Job, Report
+
+# Cached reports' `rightsizing_inputs`, keyed by what identifies one stored report: (database, job_pk, analyzer
+# version, computed_at). The inputs sit inside the report document (~70 KiB for 2 h x 8 GPUs), and Postgres
+# decompresses a whole TOASTed JSONB value to read one key: 50 runs of history cost ~7 ms per request that way,
+# ~0.1 ms from here. Entries are small (a few hundred bytes plus one peak per hour of the run).
+RIGHTSIZING_INPUTS: LruCache[tuple[Any, ...], Mapping[str, Any]] = LruCache(max_entries=50_000)
+
+
+def rightsizing_history(session: Session, job: Job, *, limit: int,
+                        cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS,
+                        ) -> list[tuple[str, Mapping[str, Any]]]:
+    """(job_id, rightsizing inputs) of this job and earlier runs of the same name and team, oldest first.
+
+    Only the small `rightsizing_inputs` part of each cached report is read, never the samples, and only for the
+    reports `cache` does not hold yet: a repeated question costs one query on jobs and report timestamps.
+    The inputs are shared between requests: read them, never change them.
+    """
+    version = characterize_mod.ANALYZER_VERSION
+    stmt = (select(Job.job_id, Report.job_pk, Report.computed_at)
+            .join(Report, (Report.job_pk == Job.id) & (Report.analyzer_version == version))
+            .order_by(Job.started_at.desc().nulls_last(), Job.id.desc()).limit(limit))
+    if job.name:
+        stmt = stmt.where(Job.name == job.name, (Job.team == job.team) if job.team else Job.team.is_(None))
+    else:
+        stmt = stmt.where(Job.id == job.id)
+    rows = session.execute(stmt).all()
+    database = str(session.get_bind().engine.url)
+    keys = [(database, pk, version, computed_at) for _, pk, computed_at in rows]
+    found = cache.get_many(keys)
+    missing = [k[1] for k in keys if k not in found]
+    if missing:
+        fetched = session.execute(select(Report.job_pk, Report.computed_at, Report.data["rightsizing_inputs"])
+                                  .where(Report.analyzer_version == version, Report.job_pk.in_(missing)))
+        for pk, computed_at, data in fetched:
+            if isinstance(data, dict):
+                key = (database, pk, version, computed_at)
+                found[key] = MappingProxyType(data)
+                cache.put(key, found[key])
+    # A report recomputed between the two reads has a new key and sits this answer out.
+    return [(job_id, found[k]) for (job_id, _, _), k in zip(rows, keys, strict=True) if k in found][::-1]
