@@ -2,7 +2,8 @@
 #   make run    install everything, then `fleetprof up` (embedded: SQLite, in-process tasks, dashboard, agent)
 #   make test   install everything (incl. Chromium for browser tests), `make lint`, then the whole suite against
 #               the real Postgres (127.0.0.1:5432) and Redis (127.0.0.1:6379)
-#   make lint   ruff and mypy, configured in pyproject.toml; product code has zero findings
+#   make lint   ruff, mypy and import-linter (lint-imports), configured in pyproject.toml; product code has zero
+#               findings and keeps its import contracts (layers, domain direction, what each deployable imports)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -42,10 +43,11 @@ prometheus:
 	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 
 # ruff over the whole tree (tests/ and bench/ with the looser set stated in pyproject.toml), mypy over the
-# product packages listed there.
+# product packages listed there, then the import contracts ([tool.importlinter] there; docs/ARCHITECTURE.md).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 test: install lint services browser prometheus compose
 	$(BIN)/python -m pytest
@@ -57,7 +59,7 @@ bench: install services
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .fleetprof .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .fleetprof .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
 # The generated references in docs/ (REST from OpenAPI, CLI from argparse, configuration from the settings
 # classes); tests/docs/test_generated.py fails when they are out of date with the code.

@@ -1,4 +1,5 @@
-"""Layering read from the source: `server.analysis` is pure and acyclic, `agent` runs without `server`.
+"""Layering read from the source: no package-level import cycle, `server.analysis` is pure, `agent` runs without
+`server`. The layers and the domains' direction are import-linter contracts ([tool.importlinter], `make lint`).
 
 Imports are read with `ast`, so an import inside a function counts like one at the top: a lazy import that dodges
 a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports count too.
@@ -103,6 +104,38 @@ def _under(graph: dict[str, set[str]], prefix: str) -> list[str]:
     return [m for m in graph if m == prefix or m.startswith(prefix + ".")]
 
 
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The imports among `package`'s direct children ("" for the top-level packages), each child standing for all
+    the modules below it: a cycle here is a cycle between subpackages even when no two modules import each other."""
+    prefix = f"{package}." if package else ""
+
+    def child(module: str) -> str | None:
+        if not module.startswith(prefix) or module == package:
+            return None
+        return prefix + module[len(prefix):].split(".")[0]
+
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if (source := child(module)) is None:
+            continue
+        out.setdefault(source, set()).update(t for t in map(child, targets) if t is not None and t != source)
+    return out
+
+
+# A deployable's command-line entry points may compose the others (`fleetprof up` runs collector, agent and
+# dashboard in one process; `fleetprof estimate --local` runs the server's estimator): below them, no cycle.
+ENTRY_POINTS = ("server.cli", "agent.cli")
+
+
+def test_no_import_cycle_between_packages_anywhere() -> None:
+    graph = import_graph()
+    packages = {m.rpartition(".")[0] for m in graph} - {""}
+    assert {p: c for p in sorted(packages) if (c := cycles(pg := package_graph(graph, p), pg))} == {}
+    below_entry_points = {m: t for m, t in graph.items() if not m.startswith(tuple(e + "." for e in ENTRY_POINTS))}
+    top = package_graph(below_entry_points, "")
+    assert cycles(top, top) == []
+
+
 def test_no_import_cycle_inside_analysis() -> None:
     graph = import_graph()
     assert cycles(graph, _under(graph, "server.analysis")) == []
@@ -144,3 +177,16 @@ def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
     graph = import_graph(tmp_path)
     assert cycles(graph, _under(graph, "server.analysis")) == [["server.analysis.a", "server.analysis.b"]]
     assert "sqlalchemy" in graph["server.analysis.c"]
+
+
+def test_the_package_graph_sees_a_cycle_no_two_modules_make(tmp_path: Path) -> None:
+    # server.x.a -> server.y.b and server.y.c -> server.x.d: no module cycle, a cycle between server.x and server.y
+    for top in PRODUCT:
+        (tmp_path / top).mkdir()
+    for path, text in {"x/a.py": "import server.y.b\n", "x/d.py": "", "y/b.py": "", "y/c.py": "from server.x import d\n"}.items():
+        (tmp_path / "server" / path).parent.mkdir(exist_ok=True)
+        (tmp_path / "server" / path).write_text(text)
+    graph = import_graph(tmp_path)
+    assert cycles(graph, graph) == []
+    packages = package_graph(graph, "server")
+    assert cycles(packages, packages) == [["server.x", "server.y"]]
