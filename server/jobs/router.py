@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -29,7 +28,19 @@ from server.jobs import service as job_service
 from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
-from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState, RightsizingOut, StepsOut
+from server.jobs.schemas import (
+    CompareOut,
+    JobAck,
+    JobCreate,
+    JobList,
+    JobRead,
+    JobState,
+    RightsizingOut,
+    SeriesOut,
+    StepsOut,
+    TimeseriesBatchOut,
+    TimeseriesOut,
+)
 from server.models import Gpu, Job, JobStep
 from server.models.base import from_epoch, to_epoch
 from server.responses import json_response
@@ -139,26 +150,6 @@ POINTS_DOC = ("at most this many points per GPU: each time bucket's minimum at i
               "with no more samples than that gets its samples")
 
 
-class SeriesOut(BaseModel):
-    gpu_uuid: str
-    gpu_index: int | None = None
-    memory_total_bytes: int | None = None  # the GPU's capacity (inventory), for a capacity line beside the series
-    ts: list[float]
-    values: list[float | None]
-    raw_points: int
-    min: float | None
-    max: float | None
-
-
-class TimeseriesOut(BaseModel):
-    job_id: str
-    metric: str
-    unit: str | None
-    source: str
-    points: int
-    series: list[SeriesOut]
-
-
 def _series(session: Session, job: Any, points: dict[str, int], since: float | None,
             until: float | None) -> dict[str, list[SeriesOut]]:
     """Per metric (-> its points budget), the job's per-GPU series; each GPU's samples are read once for all."""
@@ -201,11 +192,6 @@ def get_timeseries(job_id: str, principal: JobReaderAuth, session: SessionDep,
     series = _series(session, job, {metric: points}, since, until)[metric]
     return TimeseriesOut(job_id=job.job_id, metric=metric, unit=unit_symbol(metric), source="nvml", points=points,
                          series=series)
-
-
-class TimeseriesBatchOut(BaseModel):
-    job_id: str
-    metrics: dict[str, TimeseriesOut]
 
 
 @router.get(f"{JOB}/timeseries/batch", response_model=TimeseriesBatchOut, responses=JOB_NOT_FOUND,

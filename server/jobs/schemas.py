@@ -203,3 +203,28 @@ class RightsizingOut(BaseModel):
     runs: int
     memory: MemoryTarget | None = Field(description="null: no run with a known peak")
     recommendations: list[Recommendation]
+
+
+class SeriesOut(BaseModel):
+    gpu_uuid: str
+    gpu_index: int | None = None
+    memory_total_bytes: int | None = None  # the GPU's capacity (inventory), for a capacity line beside the series
+    ts: list[float]
+    values: list[float | None]
+    raw_points: int
+    min: float | None
+    max: float | None
+
+
+class TimeseriesOut(BaseModel):
+    job_id: str
+    metric: str
+    unit: str | None
+    source: str
+    points: int
+    series: list[SeriesOut]
+
+
+class TimeseriesBatchOut(BaseModel):
+    job_id: str
+    metrics: dict[str, TimeseriesOut]

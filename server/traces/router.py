@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel
 
 from server.db import session_scope
 from server.deps import EventWriterAuth, SettingsDep
@@ -15,19 +13,9 @@ from server.errors import PayloadTooLarge
 from server.job_paths import JOB
 from server.jobs import service as job_service
 from server.traces import service as trace_service
+from server.traces.schemas import TraceRead
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["traces"])
-
-
-class TraceRead(BaseModel):
-    job_id: str
-    kind: str
-    filename: str | None
-    rank: int | None
-    size_bytes: int
-    sha256: str
-    created: bool
-    summary: dict[str, Any]
 
 
 @router.post(f"{JOB}/traces", response_model=TraceRead,
