@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.hooks.sender import EventSender
-from agent.transport import Transport
+from fleetprof.client import Client
 from fleetprof.jobid import job_path
 
 snapshot_to_json: Callable[..., dict[str, Any]] | None
@@ -52,7 +52,7 @@ class AllocTracer:
             return
         job_id, first, last = self._job_id, 1, self.steps
 
-        def upload_job(transport: Transport) -> None:
+        def upload_job(transport: Client) -> None:
             if snapshot_to_json is None:  # agent.snapshot ships with the agent; guard for partial installs
                 log.warning("fleetprof hooks: allocator trace captured but agent.snapshot is missing; "
                             "not uploaded")

@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent.protocol import SAMPLE_FIELD_NAMES
+from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet import job_fleet_row
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries

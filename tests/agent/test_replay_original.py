@@ -9,8 +9,8 @@ import pytest
 
 from agent.daemon import open_devices, run_agent
 from agent.devices.replay import OriginalReplayDevices, ReplayDevices
-from agent.protocol import PROTOCOL_VERSION, GpuInfo, ProcessColumns, SampleBatch, SampleColumns
 from agent.recordings import dump_batch_line, read_recording
+from fleetprof.protocol import PROTOCOL_VERSION, GpuInfo, ProcessColumns, SampleBatch, SampleColumns
 from tests.agent.collector import Collector
 from tests.agent.test_daemon import settings
 
