@@ -16,11 +16,11 @@ from collections.abc import Callable
 from agent.attribution import Attributor
 from agent.config import AgentSettings, node_name
 from agent.devices.base import Devices, DeviceUnavailableError
-from agent.recordings import RecordingError, dump_batch_line, read_recording
 from agent.sampler import Sampler
 from agent.shipper import Shipper
 from agent.spool import Spool
 from fleetprof.client import Client
+from fleetprof.recordings import RecordingError, dump_batch_line, read_recording
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""Layering read from the source: `server.analysis` is pure and acyclic, `agent` runs without `server`.
+"""Layering read from the source: `server.analysis` is pure and acyclic, `agent` runs without `server`, `server`
+and `dashboard` without `agent`, and the bare `fleetprof` package (protocol, REST client, formatting, client
+commands) without any of them. Only `embedded` (the composition roots) brings them together.
 
 Imports are read with `ast`, so an import inside a function counts like one at the top: a lazy import that dodges
 a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports count too.
@@ -10,12 +12,20 @@ import ast
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("fleetprof", "agent", "server", "dashboard")
+PRODUCT = ("fleetprof", "agent", "server", "dashboard", "embedded")
 # Pure analysis does no I/O: no database, web framework, HTTP client, broker or task queue.
 IO_LIBRARIES = frozenset({"sqlalchemy", "fastapi", "starlette", "httpx", "redis", "celery", "psycopg2"})
-# The one documented way from the node agent into the server: `fleetprof estimate --local` (ARCHITECTURE.md).
-AGENT_INTO_SERVER_ALLOWED = ("agent.cli.estimate", "server.estimate")
+# What each top-level package may not import, even lazily (fleetprof/cli.py names subcommand modules as strings,
+# which is how `fleetprof up` and `fleetprof estimate` reach `embedded` without an import).
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "fleetprof": frozenset({"server", "agent", "dashboard", "embedded"}),
+    "agent": frozenset({"server", "dashboard", "embedded"}),
+    "server": frozenset({"agent", "dashboard", "embedded"}),
+    "dashboard": frozenset({"agent", "server", "embedded"}),
+}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -123,12 +133,22 @@ def test_analysis_imports_no_io_even_indirectly() -> None:
     assert offenders == []
 
 
-def test_agent_imports_no_server_but_the_local_estimate() -> None:
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every `module -> target` where the module's package may not import the target's (FORBIDDEN)."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if t.split(".")[0] in FORBIDDEN.get(m.split(".")[0], frozenset()))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_imports_none_of_its_forbidden_packages(package: str) -> None:
     graph = import_graph()
-    importer, allowed = AGENT_INTO_SERVER_ALLOWED
-    found = sorted(f"{m} -> {t}" for m in _under(graph, "agent") for t in graph[m] if t.split(".")[0] == "server"
-                   and not (m == importer and (t == allowed or t.startswith(allowed + "."))))
-    assert found == []
+    assert _under(graph, package), f"no modules found under {package}/"
+    assert [f for f in forbidden_imports(graph) if f.split(".")[0] == package] == []
+
+
+def test_no_import_cycle_between_product_modules() -> None:
+    graph = import_graph()
+    assert cycles(graph, graph) == []
 
 
 def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
@@ -141,6 +161,9 @@ def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("from server.analysis.b import f\n")
     (pkg / "b.py").write_text("def f():\n    from . import a\n")
     (pkg / "c.py").write_text("from server.analysis import a\nimport sqlalchemy\n")
+    (tmp_path / "fleetprof" / "client.py").write_text("def f():\n    from server.analysis import c\n")
+    (tmp_path / "dashboard" / "page.py").write_text("from fleetprof import client\n")
     graph = import_graph(tmp_path)
     assert cycles(graph, _under(graph, "server.analysis")) == [["server.analysis.a", "server.analysis.b"]]
     assert "sqlalchemy" in graph["server.analysis.c"]
+    assert forbidden_imports(graph) == ["fleetprof.client -> server.analysis.c"]

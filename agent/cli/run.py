@@ -11,11 +11,11 @@ import json
 import logging
 import sys
 
-from agent.cli.common import checked_job_id
 from agent.config import AgentSettings, load_settings
 from agent.run import JobOutcome, JobRunner, default_job_id
 from agent.run_summary import fetch_summary, summary_text
 from fleetprof.client import Client
+from fleetprof.commands.common import checked_job_id
 from fleetprof.errors import CliError
 from fleetprof.output import add_format_argument
 

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Mapping
 
-from agent.cli.common import add_server_arguments
 from agent.config import AgentSettings, load_settings, node_name
 from agent.slurm import (
     SlurmJob,
@@ -28,6 +27,7 @@ from agent.slurm import (
     summary_lines,
 )
 from fleetprof.client import ApiError, Client
+from fleetprof.commands.common import add_server_arguments
 
 log = logging.getLogger("agent.slurm")
 

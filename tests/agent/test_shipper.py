@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from agent.recordings import dump_batch_line
 from agent.shipper import Shipper
 from agent.spool import Spool
 from fleetprof.client import Client
 from fleetprof.protocol import PROTOCOL_VERSION, SampleBatch, SampleColumns
+from fleetprof.recordings import dump_batch_line
 from tests.agent.collector import Collector
 
 

@@ -1,5 +1,5 @@
-"""What every client command shares: finding the server and token, and turning transport errors into CLI errors
-with the exit code of their HTTP status (fleetprof.errors)."""
+"""What every client command shares: finding the server and token, and turning API errors into CLI errors with
+the exit code of their HTTP status (fleetprof.errors)."""
 
 from __future__ import annotations
 
@@ -7,32 +7,32 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from agent.config import load_settings
-from agent.transport import Transport, TransportError
+from fleetprof.client import ApiError, Client
 from fleetprof.errors import CliError, exit_code_for_status
 from fleetprof.jobid import job_id_problem
+from fleetprof.settings import load_client_settings
 
 
-def transport_failure(exc: TransportError, context: str | None = None) -> CliError:
+def api_failure(exc: ApiError, context: str | None = None) -> CliError:
     """The CLI error for a failed request: its message (prefixed with `context`) and the exit code its status
     maps to (no answer at all: server unavailable)."""
     return CliError(f"{context}: {exc}" if context else str(exc), exit_code_for_status(exc.status))
 
 
 @contextmanager
-def client_transport(server_url: str | None = None, token: str | None = None, *,
-                     timeout_s: float = 60.0) -> Iterator[Transport]:
-    """A transport to the configured server; a TransportError escaping the block becomes `transport_failure`."""
-    settings = load_settings(server_url=server_url, token=token)
+def api_client(server_url: str | None = None, token: str | None = None, *,
+               timeout_s: float = 60.0) -> Iterator[Client]:
+    """A client of the configured server; an ApiError escaping the block becomes `api_failure`."""
+    settings = load_client_settings(server_url=server_url, token=token)
     if not settings.server_url:
         raise CliError("no server: set FLEETPROF_SERVER_URL (e.g. http://127.0.0.1:8000) or pass --server")
     if not settings.token:
         raise CliError("no token: set FLEETPROF_TOKEN (create one with `fleetprof token create`) or pass --token")
-    with Transport(settings.server_url, settings.token, timeout_s=timeout_s) as transport:
+    with Client(settings.server_url, settings.token, timeout_s=timeout_s) as client:
         try:
-            yield transport
-        except TransportError as exc:
-            raise transport_failure(exc) from None
+            yield client
+        except ApiError as exc:
+            raise api_failure(exc) from None
 
 
 def checked_job_id(value: str) -> str:
@@ -46,4 +46,3 @@ def checked_job_id(value: str) -> str:
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", help="collector URL (default: $FLEETPROF_SERVER_URL)")
     parser.add_argument("--token", help="API token (default: $FLEETPROF_TOKEN)")
-

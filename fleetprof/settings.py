@@ -1,0 +1,25 @@
+"""Client-side settings: where the collector is and the token to show it (client commands, the SDK's
+`Client.from_settings`, and, inherited, the node agent's AgentSettings).
+
+Environment prefix `FLEETPROF_`; nothing else in `fleetprof/` reads os.environ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ClientSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPROF_", extra="ignore")
+
+    server_url: str | None = Field(None, description="collector URL for the agent, `fleetprof run`, the client "
+                                                     "commands and the SDK")
+    token: str | None = Field(None, description="API token sent as `Authorization: Bearer`")
+
+
+def load_client_settings(**overrides: Any) -> ClientSettings:
+    """The environment's settings, with the overrides that are not None (command-line options) on top."""
+    return ClientSettings(**{k: v for k, v in overrides.items() if v is not None})
