@@ -266,7 +266,7 @@ class Client:
 
     def jobs(self, *, team: str | None = None, state: str | None = None, since: float | None = None,
              until: float | None = None, q: str | None = None, limit: int = 50, offset: int = 0) -> Json:
-        """GET /api/v1/jobs: one page of jobs ({"jobs": [...], "total": n, ...}), newest first."""
+        """GET /api/v1/jobs: one page of jobs ({"items": [...], "total": n}), newest first."""
         body: Json = self.get_json(JOBS_PATH, team=team, state=state, since=since, until=until, q=q, limit=limit,
                                    offset=offset)
         return body
