@@ -15,9 +15,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class ClientSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPROF_", extra="ignore")
 
-    server_url: str | None = Field(None, description="collector URL for the agent, `fleetprof run`, the client "
-                                                     "commands and the SDK")
-    token: str | None = Field(None, description="API token sent as `Authorization: Bearer`")
+    server_url: str | None = Field(
+        default=None, description="collector URL for the agent, `fleetprof run`, the client commands and the SDK")
+    token: str | None = Field(default=None, description="API token sent as `Authorization: Bearer`")
 
 
 def load_client_settings(**overrides: Any) -> ClientSettings:
