@@ -32,7 +32,6 @@ from fleetprof.commands.common import add_server_arguments
 log = logging.getLogger("agent.slurm")
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="slurm_command", metavar="prolog|epilog", required=True)
     prolog = sub.add_parser("prolog", help="register the Slurm job of this environment (state running, its GPUs)")
