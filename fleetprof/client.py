@@ -48,7 +48,7 @@ INGEST_EVENTS_PATH = "/api/v1/ingest/events"
 ESTIMATE_PATH = "/api/v1/estimate"
 UPLOAD_CHUNK_BYTES = 256 * 1024  # how often an upload with a progress callback reports (a 200 MB trace: ~800 times)
 ESTIMATE_GRACE_S = 30.0  # waited past an estimate's server-side limit: the answer still has to come back
-DETAIL_MAX_CHARS = 300  # of an error body that is not problem details (an HTML page from a proxy)
+DETAIL_MAX_CHARS = 300  # of an error body without a `detail` (an HTML page from a proxy)
 
 
 class ApiError(Exception):
@@ -125,8 +125,8 @@ def _retry_after_s(value: str | None) -> float | None:
 
 
 def _detail(response: httpx.Response) -> str:
-    """The server's explanation of an error answer: problem details' `detail`, pydantic's list of validation
-    errors as `loc: msg` pairs, else the start of the body."""
+    """The server's explanation of an error answer: problem details' `detail` whole (its advice may come last),
+    pydantic's list of validation errors as `loc: msg` pairs, else the start of the body."""
     try:
         body = response.json()
     except ValueError:
@@ -135,7 +135,7 @@ def _detail(response: httpx.Response) -> str:
     if isinstance(detail, list):
         return "; ".join(f"{'.'.join(str(x) for x in e.get('loc', []))}: {e.get('msg')}" if isinstance(e, dict)
                          else str(e) for e in detail)
-    return str(detail if detail is not None else body)[:DETAIL_MAX_CHARS]
+    return str(detail) if detail is not None else str(body)[:DETAIL_MAX_CHARS]
 
 
 def _chunks(body: bytes, progress: Callable[[int], None]) -> Iterator[bytes]:

@@ -192,3 +192,13 @@ def test_a_large_json_body_goes_gzip_compressed_a_small_one_plain() -> None:
     (small_enc, small), (large_enc, large) = bodies
     assert small_enc is None and json.loads(small) == {"job_id": "small"}
     assert large_enc == "gzip" and json.loads(gzip.decompress(large))["metadata"]["note"] == "x" * 4000
+
+
+def test_a_long_detail_is_kept_whole_a_foreign_body_cut() -> None:
+    advice = "x" * 400 + " (use --local)"
+    with _client(_answer(422, json={"detail": advice})) as c, pytest.raises(ApiError) as err:
+        c.jobs()
+    assert err.value.detail == advice  # the server's advice may come last
+    with _client(_answer(502, text="<html>" + "y" * 1000)) as c, pytest.raises(ApiError) as err:
+        c.jobs()
+    assert err.value.detail.startswith("<html>") and len(err.value.detail) == 300
