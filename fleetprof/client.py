@@ -36,7 +36,7 @@ import httpx
 
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
-from fleetprof.settings import ClientSettings, load_client_settings
+from fleetprof.settings import ClientSettings, connection, load_client_settings
 
 log = logging.getLogger(__name__)
 
@@ -173,14 +173,10 @@ class Client:
 
     @classmethod
     def from_settings(cls, settings: ClientSettings | None = None, *, timeout_s: float = 30.0) -> Client:
-        """A client to FLEETPROF_SERVER_URL with FLEETPROF_TOKEN (fleetprof.settings); ValueError when either is
-        unset."""
-        settings = settings or load_client_settings()
-        if not settings.server_url:
-            raise ValueError("no server: set FLEETPROF_SERVER_URL (e.g. http://127.0.0.1:8000)")
-        if not settings.token:
-            raise ValueError("no token: set FLEETPROF_TOKEN (create one with `fleetprof token create`)")
-        return cls(settings.server_url, settings.token, timeout_s=timeout_s)
+        """A client to FLEETPROF_SERVER_URL with FLEETPROF_TOKEN (fleetprof.settings); ConnectionUnset (a
+        ValueError) when either is unset."""
+        server_url, token = connection(settings or load_client_settings())
+        return cls(server_url, token, timeout_s=timeout_s)
 
     def close(self) -> None:
         self._http.close()

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from fleetprof.client import ApiError, Client
 from fleetprof.errors import CliError, exit_code_for_status
 from fleetprof.jobid import job_id_problem
-from fleetprof.settings import load_client_settings
+from fleetprof.settings import ConnectionUnset, connection, load_client_settings
 
 
 def api_failure(exc: ApiError, context: str | None = None) -> CliError:
@@ -23,12 +23,11 @@ def api_failure(exc: ApiError, context: str | None = None) -> CliError:
 def api_client(server_url: str | None = None, token: str | None = None, *,
                timeout_s: float = 60.0) -> Iterator[Client]:
     """A client of the configured server; an ApiError escaping the block becomes `api_failure`."""
-    settings = load_client_settings(server_url=server_url, token=token)
-    if not settings.server_url:
-        raise CliError("no server: set FLEETPROF_SERVER_URL (e.g. http://127.0.0.1:8000) or pass --server")
-    if not settings.token:
-        raise CliError("no token: set FLEETPROF_TOKEN (create one with `fleetprof token create`) or pass --token")
-    with Client(settings.server_url, settings.token, timeout_s=timeout_s) as client:
+    try:
+        url, token = connection(load_client_settings(server_url=server_url, token=token))
+    except ConnectionUnset as exc:
+        raise CliError(f"{exc}, or pass {exc.option}") from None
+    with Client(url, token, timeout_s=timeout_s) as client:
         try:
             yield client
         except ApiError as exc:

@@ -202,3 +202,15 @@ def test_a_long_detail_is_kept_whole_a_foreign_body_cut() -> None:
     with _client(_answer(502, text="<html>" + "y" * 1000)) as c, pytest.raises(ApiError) as err:
         c.jobs()
     assert err.value.detail.startswith("<html>") and len(err.value.detail) == 300
+
+
+def test_from_settings_names_what_is_unset() -> None:
+    from fleetprof.settings import ClientSettings, ConnectionUnset
+
+    with pytest.raises(ConnectionUnset, match="FLEETPROF_SERVER_URL") as err:
+        Client.from_settings(ClientSettings(server_url=None, token="t"))
+    assert err.value.option == "--server"
+    with pytest.raises(ConnectionUnset, match="FLEETPROF_TOKEN"):
+        Client.from_settings(ClientSettings(server_url="http://api", token=None))
+    with Client.from_settings(ClientSettings(server_url="http://api/", token="t")) as c:
+        assert (c.server_url, c.token) == ("http://api", "t")
