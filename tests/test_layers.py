@@ -9,6 +9,7 @@ a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -67,6 +68,12 @@ def import_graph(root: Path = REPO_ROOT) -> dict[str, set[str]]:
     return graph
 
 
+@functools.cache
+def product_graph() -> dict[str, set[str]]:
+    """This repository's graph, read once per session (each read parses every product file)."""
+    return import_graph()
+
+
 def cycles(graph: dict[str, set[str]], nodes: Iterable[str]) -> list[list[str]]:
     """Strongly connected components of more than one module among `nodes` (Tarjan, iterative)."""
     keep = set(nodes)
@@ -114,12 +121,12 @@ def _under(graph: dict[str, set[str]], prefix: str) -> list[str]:
 
 
 def test_no_import_cycle_inside_analysis() -> None:
-    graph = import_graph()
+    graph = product_graph()
     assert cycles(graph, _under(graph, "server.analysis")) == []
 
 
 def test_analysis_imports_no_io_even_indirectly() -> None:
-    graph = import_graph()
+    graph = product_graph()
     offenders = []
     for module in _under(graph, "server.analysis"):
         seen, todo = {module}, [module]
@@ -141,13 +148,13 @@ def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_package_imports_none_of_its_forbidden_packages(package: str) -> None:
-    graph = import_graph()
+    graph = product_graph()
     assert _under(graph, package), f"no modules found under {package}/"
     assert [f for f in forbidden_imports(graph) if f.split(".")[0] == package] == []
 
 
 def test_no_import_cycle_between_product_modules() -> None:
-    graph = import_graph()
+    graph = product_graph()
     assert cycles(graph, graph) == []
 
 
