@@ -73,31 +73,27 @@ def test_report_and_rightsizing_of_a_job(live_server: str, make_token) -> None: 
 
 
 @pytest.mark.slow
-def test_estimate_and_the_scheduler_admission_example(live_server: str, make_token, repo_root: Path,  # type: ignore[no-untyped-def]
-                                                      cli_env: dict[str, str]) -> None:
+def test_estimate_through_the_scheduler_admission_example(live_server: str, make_token, repo_root: Path,  # type: ignore[no-untyped-def]
+                                                         cli_env: dict[str, str]) -> None:
+    """The example is the SDK's estimate call (Client.from_settings, Client.estimate) as a scheduler runs it; one
+    estimate, since each takes seconds (the server builds the model in a sandboxed child)."""
     from server.estimate.zoo import resnet_small
 
     parameters = sum(p.numel() for p in resnet_small().parameters())
-    token = make_token("scheduler")
-    request = {"model": {"factory": SMALL_RESNET}, "inputs": [{"shape": [3, 32, 32]}], "batch_size": 4,
-               "optimizer": "adamw", "gpu_types": ["T4"], "search_max_batch": False}
-    with Client(live_server, token) as api:
-        est = api.estimate(request, timeout_s=120)
-    assert est["parameter_count"] == parameters
-    assert est["peak_allocated_bytes"] >= 4 * 4 * parameters  # fp32 weights, grads, two AdamW moments
-    (t4,) = est["gpus"]
-    assert t4["gpu"] == "T4" and t4["fits"] is True
-
-    env = {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": token}
-    script = repo_root / "examples" / "scheduler_admission.py"
-    r = subprocess.run([sys.executable, str(script), "--factory", SMALL_RESNET, "--input", "3,32,32",
-                        "--batch-size", "4", "--gpu", "T4"], env=env, capture_output=True, text=True, timeout=300)
+    env = {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": make_token("scheduler")}
+    script = [sys.executable, str(repo_root / "examples" / "scheduler_admission.py"), "--factory", SMALL_RESNET,
+              "--input", "3,32,32", "--batch-size", "4", "--gpu", "T4"]
+    r = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     decision = json.loads(r.stdout)
-    assert decision["decision"] == "admit" and decision["gpu"] == "T4"
-    assert decision["peak_reserved_bytes"] <= decision["device_total_bytes"]
+    assert decision["decision"] == "admit" and decision["gpu"] == "T4" and decision["batch_size"] == 4
+    assert decision["parameter_count"] == parameters
+    assert decision["peak_allocated_bytes"] >= 4 * 4 * parameters  # fp32 weights, grads, two AdamW moments
+    assert decision["peak_allocated_bytes"] <= decision["peak_reserved_bytes"] <= decision["device_total_bytes"]
 
-    refused = subprocess.run([sys.executable, str(script), "--factory", SMALL_RESNET, "--input", "3,32,32",
-                              "--batch-size", "4", "--gpu", "T4"], env={**env, "FLEETPROF_TOKEN": "fp_nope"},
-                             capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(script, env={**env, "FLEETPROF_TOKEN": "fp_nope"}, capture_output=True, text=True,
+                             timeout=120)
     assert refused.returncode == 2 and "401" in refused.stderr
+    unset = subprocess.run(script, env={k: v for k, v in env.items() if k != "FLEETPROF_TOKEN"},
+                           capture_output=True, text=True, timeout=120)
+    assert unset.returncode == 2 and "FLEETPROF_TOKEN" in unset.stderr
