@@ -1,4 +1,4 @@
-"""Agent-side settings (node agent, `fleetprof run`, framework hooks, client commands).
+"""Agent-side settings (node agent, `fleetprof run`, framework hooks, Slurm prolog/epilog).
 
 Environment prefix `FLEETPROF_`; nothing else in `agent/` reads os.environ.
 """
@@ -10,14 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from fleetprof.settings import ClientSettings
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(ClientSettings):
+    """The client's settings (server_url, token) and the node's own."""
+
     model_config = SettingsConfigDict(env_prefix="FLEETPROF_", extra="ignore")
 
-    server_url: str | None = None  # collector URL for the agent, `fleetprof run` and client commands
-    token: str | None = None  # API token sent as `Authorization: Bearer`
     # Set by `fleetprof run` in the child's environment; read by the framework hooks.
     job_id: str | None = None
     team: str | None = None  # team of jobs that `fleetprof run` registers

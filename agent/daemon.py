@@ -16,11 +16,11 @@ from collections.abc import Callable
 from agent.attribution import Attributor
 from agent.config import AgentSettings, node_name
 from agent.devices.base import Devices, DeviceUnavailableError
-from agent.recordings import RecordingError, dump_batch_line, read_recording
 from agent.sampler import Sampler
 from agent.shipper import Shipper
 from agent.spool import Spool
-from agent.transport import Transport
+from fleetprof.client import Client
+from fleetprof.recordings import RecordingError, dump_batch_line, read_recording
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def open_devices(source: str, *, replay_job_id: str | None = None) -> Devices:
 class Agent:
     """The parts wired together; constructor arguments let tests swap the devices, transport and clocks."""
 
-    def __init__(self, settings: AgentSettings, devices: Devices, *, transport: Transport | None = None,
+    def __init__(self, settings: AgentSettings, devices: Devices, *, transport: Client | None = None,
                  attributor: Attributor | None = None, clock: Callable[[], float] = time.time):
         if not settings.server_url:
             raise ValueError("the agent needs a server URL (--server or FLEETPROF_SERVER_URL)")
@@ -80,7 +80,7 @@ class Agent:
         self.agent_id = f"{node}-{secrets.token_hex(4)}"
         self.samples_spooled = 0
         self.spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
-        self.transport = transport or Transport(settings.server_url, settings.token,
+        self.transport = transport or Client(settings.server_url, settings.token,
                                                 timeout_s=settings.http_timeout_s)
         self.shipper = Shipper(self.spool, self.transport, backoff_max_s=settings.ship_backoff_max_s)
         from agent.devices.replay import OriginalReplayDevices, RecordedSampler

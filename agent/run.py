@@ -32,11 +32,10 @@ from typing import IO, Any
 
 from agent.attribution import slurm_job_id
 from agent.config import AgentSettings
-from agent.transport import Transport, TransportError
+from fleetprof.client import ApiError, Client
 
 log = logging.getLogger(__name__)
 
-JOBS_PATH = "/api/v1/jobs"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # What PyTorch, the CUDA runtime, cuBLAS/cuDNN, XLA and TensorFlow print when device memory runs out.
 OOM_RE = re.compile(rb"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
@@ -106,13 +105,13 @@ class _StderrTee(threading.Thread):
 
 
 class JobRunner:
-    def __init__(self, settings: AgentSettings, *, transport: Transport | None = None,
+    def __init__(self, settings: AgentSettings, *, transport: Client | None = None,
                  environ: dict[str, str] | None = None, stderr_fd: int = 2,
                  child_env: Callable[..., dict[str, str]] | None = None):
         self.settings = settings
         self.transport = transport
         if transport is None and settings.server_url:
-            self.transport = Transport(settings.server_url, settings.token, timeout_s=min(5.0, settings.http_timeout_s))
+            self.transport = Client(settings.server_url, settings.token, timeout_s=min(5.0, settings.http_timeout_s))
         # The child's environment starts as ours: process plumbing, not settings.
         self.environ = dict(os.environ if environ is None else environ)
         self.stderr_fd = stderr_fd
@@ -126,9 +125,9 @@ class JobRunner:
                 log.warning("no server (FLEETPROF_SERVER_URL); the job is not registered")
             return False
         try:
-            self.transport.post_json(JOBS_PATH, {k: v for k, v in payload.items() if v is not None})
+            self.transport.register_job({k: v for k, v in payload.items() if v is not None})
             return True
-        except TransportError as exc:
+        except ApiError as exc:
             if not self._warned:
                 self._warned = True
                 log.warning("cannot reach the server, the job runs unregistered: %s", exc)

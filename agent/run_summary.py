@@ -13,9 +13,8 @@ from typing import Any
 
 from agent.run import JobOutcome
 from agent.slurm import job_link
-from agent.transport import Transport, TransportError
 from fleetprof import units
-from fleetprof.jobid import job_path
+from fleetprof.client import ApiError, Client
 
 
 @dataclass(frozen=True)
@@ -71,12 +70,12 @@ def summary_text(s: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fetch_summary(transport: Transport, job_id: str, outcome: JobOutcome, *, dashboard_url: str | None
+def fetch_summary(transport: Client, job_id: str, outcome: JobOutcome, *, dashboard_url: str | None
                   ) -> RunSummary | None:
     """The summary from the job's report as the server has it now; None when the server cannot answer."""
     try:
-        report = transport.request("GET", job_path(job_id, "report")).body
-    except TransportError:
+        report = transport.report_json(job_id)
+    except ApiError:
         return None
     if not isinstance(report, Mapping):
         return None

@@ -30,7 +30,7 @@ from pydantic_core import ErrorDetails
 
 from agent.attribution import Attributor
 from agent.devices.base import DeviceError, Devices, GpuLostError, GpuReading
-from agent.protocol import (
+from fleetprof.protocol import (
     PCT_FIELDS,
     PROTOCOL_VERSION,
     SAMPLE_FIELDS,

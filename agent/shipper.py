@@ -22,16 +22,15 @@ import time
 from collections.abc import Callable
 
 from agent.spool import Spool
-from agent.transport import Transport, TransportError, retry_delay_s
+from fleetprof.client import INGEST_SAMPLES_PATH, ApiError, Client, retry_delay_s
 
 log = logging.getLogger(__name__)
 
-INGEST_PATH = "/api/v1/ingest/samples"
 _DISCARD_STATUSES = frozenset({400, 413, 422})
 
 
 class Shipper:
-    def __init__(self, spool: Spool, transport: Transport, *, path: str = INGEST_PATH,
+    def __init__(self, spool: Spool, transport: Client, *, path: str = INGEST_SAMPLES_PATH,
                  clock: Callable[[], float] = time.time, rng: Callable[[], float] = random.random,
                  backoff_base_s: float = 0.5, backoff_max_s: float = 60.0, idle_wait_s: float = 1.0):
         self.spool = spool
@@ -63,7 +62,7 @@ class Shipper:
         t0 = self.clock()
         try:
             resp = self.transport.request("POST", self.path, raw_body=body)
-        except TransportError as exc:
+        except ApiError as exc:
             self.failures += 1
             if exc.status in _DISCARD_STATUSES:
                 self.spool.discard(record, str(exc))

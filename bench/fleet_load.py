@@ -2,7 +2,7 @@
 collector processes (a load balancer stand-in: nodes split across them) and Postgres on this machine.
 
 Every simulated node owns a real `agent.spool.Spool` (its own directory), a real `agent.shipper.Shipper` and a real
-`agent.transport.Transport` (gzip JSON, bearer token, Retry-After); only the NVML sampler is replaced by a generator
+`fleetprof.client.Client` (gzip JSON, bearer token, Retry-After); only the NVML sampler is replaced by a generator
 of protocol-v1 batches (8 GPUs x 5 one-second samples, the agent's 5-s batch cut), produced in compressed time.
 Nodes are multiplexed: a few generator processes, each with one producer thread and a pool of shipper threads
 that drive `Shipper.ship_once()` for whichever node has data and is not backing off (a node is shipped by one
@@ -45,11 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent.config import AgentSettings  # noqa: E402
-from agent.protocol import SampleBatch  # noqa: E402
 from agent.shipper import Shipper  # noqa: E402
 from agent.spool import Spool  # noqa: E402
-from agent.transport import Transport, TransportError  # noqa: E402
 from bench.report import write_report  # noqa: E402
+from fleetprof.client import ApiError, Client  # noqa: E402
+from fleetprof.protocol import SampleBatch  # noqa: E402
 
 ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 GPUS, BATCH_S = 8, 5            # a real agent: 8 GPUs sampled at 1 Hz, a batch cut every 5 s
@@ -142,16 +142,16 @@ class Stats:
 
 
 class MeteredTransport:
-    """The real Transport, timed: the shipper calls `request` exactly as it would on a node."""
+    """The real Client, timed: the shipper calls `request` exactly as it would on a node."""
 
-    def __init__(self, inner: Transport, stats: Stats):
+    def __init__(self, inner: Client, stats: Stats):
         self.inner, self.stats = inner, stats
 
     def request(self, method: str, path: str, **kw):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
         try:
             resp = self.inner.request(method, path, **kw)
-        except TransportError as exc:
+        except ApiError as exc:
             self.stats.error(exc.status, exc.retry_after_s)
             raise
         self.stats.ok(time.perf_counter() - t0)
@@ -188,7 +188,7 @@ def generator(idx: int, nodes: list[tuple[str, str]], ports: list[int], args: ar
     sim: list[SimNode] = []
     for i, (name, token) in enumerate(nodes):
         port_i = (i + idx) % len(ports)  # alternate collectors, like a round-robin load balancer
-        transport = Transport(f"http://127.0.0.1:{ports[port_i]}", token, client=clients[port_i],
+        transport = Client(f"http://127.0.0.1:{ports[port_i]}", token, http_client=clients[port_i],
                               timeout_s=settings.http_timeout_s)
         spool = Spool(spool_root / name, max_bytes=settings.spool_max_bytes, fsync=args.fsync)
         shipper = Shipper(spool, MeteredTransport(transport, stats), backoff_max_s=settings.ship_backoff_max_s)

@@ -34,8 +34,8 @@ from torch import nn  # noqa: E402
 
 from agent.hooks.sender import EventSender  # noqa: E402
 from agent.hooks.torch import Profiler  # noqa: E402
-from agent.transport import Transport  # noqa: E402
 from bench.report import write_report  # noqa: E402
+from fleetprof.client import Client  # noqa: E402
 
 
 class SmallCNN(nn.Module):
@@ -153,7 +153,7 @@ def run_block(step: Callable[[], None], n: int, level: str, url: str, sync: Call
     """(wall s, process CPU s) per step; process CPU time includes the event-sender thread."""
     prof = None
     if level != "off":
-        sender = EventSender(Transport(url, "bench"))
+        sender = EventSender(Client(url, "bench"))
         prof = Profiler(job_id="bench", sender=sender, level=level, layer_every=layer_every)
         prof.install(send_job_start=True, process_hooks=False)
     times = []

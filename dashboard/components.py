@@ -51,7 +51,7 @@ def error_box(exc: Exception | str, *, id: str | None = None) -> html.Div:
             children: Any = ["Not signed in, or the token was refused. ", dcc.Link("Sign in", href="/signin"), "."]
         elif exc.status in (403, 404):
             children = f"Not found, or not visible to this token ({exc.status}): {exc.detail}"
-        elif exc.status == 0:
+        elif exc.unreachable:
             children = exc.detail
         else:
             children = f"The API answered {exc.status}: {exc.detail}"

@@ -16,7 +16,7 @@ from fleetprof.errors import CliError, ExitCode
 
 # subcommand -> module that provides `add_arguments(parser)` and `run(args) -> int`
 COMMANDS: dict[str, tuple[str, str]] = {
-    "up": ("server.cli.up", "start collector, worker, dashboard and a local agent (embedded default)"),
+    "up": ("embedded.up", "start collector, worker, dashboard and a local agent (embedded default)"),
     "server": ("server.cli.serve", "run the FastAPI collector and REST API"),
     "worker": ("server.cli.worker", "run a Celery worker (and beat with --beat)"),
     "db": ("server.cli.db", "database maintenance: `db upgrade`"),
@@ -26,11 +26,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("agent.cli.agent", "run the node agent (NVML sampler, spool, shipper)"),
     "run": ("agent.cli.run", "run a training command as a profiled job"),
     "slurm": ("agent.cli.slurm", "Slurm prolog/epilog: register a job, end it with its exit status, summarize it"),
-    "report": ("agent.cli.report", "print a job's characterization report"),
-    "rightsizing": ("agent.cli.rightsizing", "what to request for a job or a recurring job's next run, and why"),
-    "replay": ("agent.cli.replay", "send a recorded telemetry file through the ingest API"),
-    "import-trace": ("agent.cli.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
-    "estimate": ("agent.cli.estimate", "pre-training memory/time/energy estimate"),
+    "report": ("fleetprof.commands.report", "print a job's characterization report"),
+    "rightsizing": ("fleetprof.commands.rightsizing",
+                    "what to request for a job or a recurring job's next run, and why"),
+    "replay": ("fleetprof.commands.replay", "send a recorded telemetry file through the ingest API"),
+    "import-trace": ("fleetprof.commands.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
+    "estimate": ("embedded.estimate", "pre-training memory/time/energy estimate"),
     "completion": ("fleetprof.completion", "print a shell completion script: `fleetprof completion bash|zsh`"),
 }
 

@@ -2,7 +2,7 @@
 
 A script driving `fleetprof` tells from the status alone whether to fix its arguments (2), give up on a job that
 does not exist (3), fix its token (4), retry later (5) or fix what it sent (6). `exit_code_for_status` maps an HTTP
-status to its exit code; agent/cli/common.py applies it to every transport error of every client command.
+status to its exit code; fleetprof/commands/common.py applies it to every API error of every client command.
 """
 
 from __future__ import annotations

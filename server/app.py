@@ -158,7 +158,7 @@ def _document_protocol_bodies(app: FastAPI) -> None:
     $ref; FastAPI does not register models it never parses, so add their schemas to the document. The same for
     `Problem`, the body of every error response (server/errors.py): every 4xx/5xx an API route declares with an
     empty entry (`{409: {}}`) is given that body."""
-    from agent.protocol import EventBatch, SampleBatch
+    from fleetprof.protocol import EventBatch, SampleBatch
 
     generate = app.openapi
 

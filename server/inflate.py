@@ -1,6 +1,6 @@
 """Request bodies sent with `Content-Encoding: gzip` are inflated here, for every route.
 
-The client transport (agent/transport.py) gzips every body of 1 KiB or more, and HTTP makes the encoding a
+The REST client (fleetprof/client.py) gzips every body of 1 KiB or more, and HTTP makes the encoding a
 property of the request, not of the route: registering a job with 10 KB of metadata was a 400 because only the
 ingest routes inflated their bodies. So the rule lives in this one middleware, below the request guards (which
 bound the body as sent, `FLEETPROF_MAX_BODY_BYTES`) and above everything that reads bodies (the ingest fast path,

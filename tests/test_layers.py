@@ -1,5 +1,6 @@
-"""Layering read from the source: no package-level import cycle, `server.analysis` is pure, `agent` runs without
-`server`. The layers and the domains' direction are import-linter contracts ([tool.importlinter], `make lint`).
+"""Layering read from the source: `server.analysis` is pure and acyclic, `agent` runs without `server`, `server`
+and `dashboard` without `agent`, and the bare `fleetprof` package (protocol, REST client, formatting, client
+commands) without any of them. Only `embedded` (the composition roots) brings them together.
 
 Imports are read with `ast`, so an import inside a function counts like one at the top: a lazy import that dodges
 a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports count too.
@@ -8,15 +9,24 @@ a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("fleetprof", "agent", "server", "dashboard")
+PRODUCT = ("fleetprof", "agent", "server", "dashboard", "embedded")
 # Pure analysis does no I/O: no database, web framework, HTTP client, broker or task queue.
 IO_LIBRARIES = frozenset({"sqlalchemy", "fastapi", "starlette", "httpx", "redis", "celery", "psycopg2"})
-# The one documented way from the node agent into the server: `fleetprof estimate --local` (ARCHITECTURE.md).
-AGENT_INTO_SERVER_ALLOWED = ("agent.cli.estimate", "server.estimate")
+# What each top-level package may not import, even lazily (fleetprof/cli.py names subcommand modules as strings,
+# which is how `fleetprof up` and `fleetprof estimate` reach `embedded` without an import).
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "fleetprof": frozenset({"server", "agent", "dashboard", "embedded"}),
+    "agent": frozenset({"server", "dashboard", "embedded"}),
+    "server": frozenset({"agent", "dashboard", "embedded"}),
+    "dashboard": frozenset({"agent", "server", "embedded"}),
+}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -56,6 +66,12 @@ def import_graph(root: Path = REPO_ROOT) -> dict[str, set[str]]:
                 targets.add(base)
         graph[module] = targets - {module}
     return graph
+
+
+@functools.cache
+def product_graph() -> dict[str, set[str]]:
+    """This repository's graph, read once per session (each read parses every product file)."""
+    return import_graph()
 
 
 def cycles(graph: dict[str, set[str]], nodes: Iterable[str]) -> list[list[str]]:
@@ -122,27 +138,21 @@ def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str
     return out
 
 
-# A deployable's command-line entry points may compose the others (`fleetprof up` runs collector, agent and
-# dashboard in one process; `fleetprof estimate --local` runs the server's estimator): below them, no cycle.
-ENTRY_POINTS = ("server.cli", "agent.cli")
-
-
 def test_no_import_cycle_between_packages_anywhere() -> None:
-    graph = import_graph()
+    graph = product_graph()
     packages = {m.rpartition(".")[0] for m in graph} - {""}
     assert {p: c for p in sorted(packages) if (c := cycles(pg := package_graph(graph, p), pg))} == {}
-    below_entry_points = {m: t for m, t in graph.items() if not m.startswith(tuple(e + "." for e in ENTRY_POINTS))}
-    top = package_graph(below_entry_points, "")
+    top = package_graph(graph, "")
     assert cycles(top, top) == []
 
 
 def test_no_import_cycle_inside_analysis() -> None:
-    graph = import_graph()
+    graph = product_graph()
     assert cycles(graph, _under(graph, "server.analysis")) == []
 
 
 def test_analysis_imports_no_io_even_indirectly() -> None:
-    graph = import_graph()
+    graph = product_graph()
     offenders = []
     for module in _under(graph, "server.analysis"):
         seen, todo = {module}, [module]
@@ -156,12 +166,22 @@ def test_analysis_imports_no_io_even_indirectly() -> None:
     assert offenders == []
 
 
-def test_agent_imports_no_server_but_the_local_estimate() -> None:
-    graph = import_graph()
-    importer, allowed = AGENT_INTO_SERVER_ALLOWED
-    found = sorted(f"{m} -> {t}" for m in _under(graph, "agent") for t in graph[m] if t.split(".")[0] == "server"
-                   and not (m == importer and (t == allowed or t.startswith(allowed + "."))))
-    assert found == []
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every `module -> target` where the module's package may not import the target's (FORBIDDEN)."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if t.split(".")[0] in FORBIDDEN.get(m.split(".")[0], frozenset()))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_imports_none_of_its_forbidden_packages(package: str) -> None:
+    graph = product_graph()
+    assert _under(graph, package), f"no modules found under {package}/"
+    assert [f for f in forbidden_imports(graph) if f.split(".")[0] == package] == []
+
+
+def test_no_import_cycle_between_product_modules() -> None:
+    graph = product_graph()
+    assert cycles(graph, graph) == []
 
 
 def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
@@ -174,9 +194,12 @@ def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("from server.analysis.b import f\n")
     (pkg / "b.py").write_text("def f():\n    from . import a\n")
     (pkg / "c.py").write_text("from server.analysis import a\nimport sqlalchemy\n")
+    (tmp_path / "fleetprof" / "client.py").write_text("def f():\n    from server.analysis import c\n")
+    (tmp_path / "dashboard" / "page.py").write_text("from fleetprof import client\n")
     graph = import_graph(tmp_path)
     assert cycles(graph, _under(graph, "server.analysis")) == [["server.analysis.a", "server.analysis.b"]]
     assert "sqlalchemy" in graph["server.analysis.c"]
+    assert forbidden_imports(graph) == ["fleetprof.client -> server.analysis.c"]
 
 
 def test_the_package_graph_sees_a_cycle_no_two_modules_make(tmp_path: Path) -> None:

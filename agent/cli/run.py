@@ -11,11 +11,11 @@ import json
 import logging
 import sys
 
-from agent.cli.common import checked_job_id
 from agent.config import AgentSettings, load_settings
 from agent.run import JobOutcome, JobRunner, default_job_id
 from agent.run_summary import fetch_summary, summary_text
-from agent.transport import Transport
+from fleetprof.client import Client
+from fleetprof.commands.common import checked_job_id
 from fleetprof.errors import CliError
 from fleetprof.output import add_format_argument
 
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.protocol import SampleBatch  # noqa: F401 - fail early on a broken install, not after the job
+    from fleetprof.protocol import SampleBatch  # noqa: F401 - fail early on a broken install, not after the job
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -61,7 +61,7 @@ def _print_summary(settings: AgentSettings, job_id: str, result: JobOutcome, fmt
     """The job's summary on stderr; nothing when no server is configured or it does not answer."""
     if not settings.server_url:
         return
-    with Transport(settings.server_url, settings.token, timeout_s=settings.http_timeout_s) as transport:
+    with Client(settings.server_url, settings.token, timeout_s=settings.http_timeout_s) as transport:
         summary = fetch_summary(transport, job_id, result, dashboard_url=settings.dashboard_url)
     if summary is not None:
         sys.stderr.write(json.dumps(summary.as_json()) + "\n" if fmt == "json" else summary_text(summary))

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Mapping
 
-from agent.cli.common import add_server_arguments
 from agent.config import AgentSettings, load_settings, node_name
 from agent.slurm import (
     SlurmJob,
@@ -27,11 +26,10 @@ from agent.slurm import (
     resolve_gpu_uuids,
     summary_lines,
 )
-from agent.transport import Transport, TransportError
+from fleetprof.client import ApiError, Client
+from fleetprof.commands.common import add_server_arguments
 
 log = logging.getLogger("agent.slurm")
-
-JOBS_PATH = "/api/v1/jobs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,10 +63,10 @@ def _gpu_index_map(settings: AgentSettings) -> dict[int, str]:
         devices.close()
 
 
-def _transport(settings: AgentSettings, timeout_s: float, token: str | None = None) -> Transport:
+def _transport(settings: AgentSettings, timeout_s: float, token: str | None = None) -> Client:
     if not settings.server_url:
         raise ValueError("no server: set FLEETPROF_SERVER_URL in the Slurm scripts' environment file")
-    return Transport(settings.server_url, token or settings.token, timeout_s=timeout_s)
+    return Client(settings.server_url, token or settings.token, timeout_s=timeout_s)
 
 
 def prolog(settings: AgentSettings, env: Mapping[str, str], *, timeout_s: float) -> None:
@@ -79,21 +77,20 @@ def prolog(settings: AgentSettings, env: Mapping[str, str], *, timeout_s: float)
                     ",".join(job.gpus), job.job_id)
     node = node_name(settings)
     with _transport(settings, timeout_s) as t:
-        t.post_json(JOBS_PATH, registration(job, node=node, gpu_uuids=uuids, now=time.time()))
+        t.register_job(registration(job, node=node, gpu_uuids=uuids, now=time.time()))
     log.info("registered %s on %s with %d GPU(s)", job.job_id, node, len(uuids or []))
 
 
 def epilog(settings: AgentSettings, env: Mapping[str, str], *, timeout_s: float, job_output: str | None) -> None:
     job = SlurmJob.from_environ(env, epilog=True)
     with _transport(settings, timeout_s) as t:
-        t.post_json(JOBS_PATH, end_update(job, now=time.time()))
+        t.register_job(end_update(job, now=time.time()))
     log.info("%s ended: %s", job.job_id, job.exit.state if job.exit else "unknown")
     report, unavailable = None, None
     try:
         with _transport(settings, timeout_s, settings.slurm_report_token) as t:
-            body = t.request("GET", f"{JOBS_PATH}/{job.job_id}/report").body
-            report = body if isinstance(body, dict) else None
-    except TransportError as exc:
+            report = t.report_json(job.job_id)
+    except ApiError as exc:
         # An agent token may write the job but not read its report: FLEETPROF_SLURM_REPORT_TOKEN (scheduler).
         unavailable = f"the report could not be read: {exc}"
         log.warning("%s", unavailable)

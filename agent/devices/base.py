@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from agent.protocol import SampleSource
+from fleetprof.protocol import SampleSource
 
 
 class DeviceError(Exception):

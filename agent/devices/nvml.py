@@ -30,7 +30,7 @@ from agent.devices.base import (
     GpuReading,
     NodeFacts,
 )
-from agent.protocol import SampleSource
+from fleetprof.protocol import SampleSource
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from itertools import pairwise
 
 from agent.devices.base import Devices, GpuIdentity, GpuProcess, GpuReading, NodeFacts
-from agent.protocol import SampleBatch
-from agent.recordings import ProcessRow, Recording, SampleRow, iter_timesteps, make_batch
+from fleetprof.protocol import SampleBatch
+from fleetprof.recordings import ProcessRow, Recording, SampleRow, iter_timesteps, make_batch
 
 log = logging.getLogger(__name__)
 

@@ -5,18 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from agent.hooks.sender import EventSender
-from agent.transport import Transport
-from fleetprof.jobid import job_path
-
-snapshot_to_json: Callable[..., dict[str, Any]] | None
-try:  # written by the imports engineer; optional here
-    from agent.snapshot import snapshot_to_json  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-    snapshot_to_json = None
+from fleetprof.client import Client
+from fleetprof.snapshot import snapshot_to_json
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +45,10 @@ class AllocTracer:
             return
         job_id, first, last = self._job_id, 1, self.steps
 
-        def upload_job(transport: Transport) -> None:
-            if snapshot_to_json is None:  # agent.snapshot ships with the agent; guard for partial installs
-                log.warning("fleetprof hooks: allocator trace captured but agent.snapshot is missing; "
-                            "not uploaded")
-                return
+        def upload_job(transport: Client) -> None:
             # The "fleetprof.snapshot.v1" document, sent as `fleetprof import-trace` sends one (gzip).
             payload = snapshot_to_json(snapshot)
             body = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), compresslevel=5)
-            transport.request("POST", job_path(job_id, "traces"), raw_body=body,
-                              content_type="application/gzip", compress=False,
-                              params={"filename": f"hooks-alloc-trace-steps-{first}-{last}.json",
-                                      "rank": str(rank)})
+            transport.upload_trace(job_id, body, filename=f"hooks-alloc-trace-steps-{first}-{last}.json", rank=rank)
 
         self._sender.submit(upload_job)

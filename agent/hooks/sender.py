@@ -21,12 +21,12 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from agent.protocol import PROTOCOL_VERSION, Event, EventBatch
-from agent.transport import Transport, TransportError
+from fleetprof.client import INGEST_EVENTS_PATH as EVENTS_PATH
+from fleetprof.client import ApiError, Client
+from fleetprof.protocol import PROTOCOL_VERSION, Event, EventBatch
 
 log = logging.getLogger(__name__)
 
-EVENTS_PATH = "/api/v1/ingest/events"
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
 
 
@@ -38,7 +38,7 @@ def new_source_id() -> str:
 class EventSender:
     """Bounded event queue + background poster. `put()` is the only call made on the training thread."""
 
-    def __init__(self, transport: Transport, *, source_id: str | None = None, max_queue: int = 10_000,
+    def __init__(self, transport: Client, *, source_id: str | None = None, max_queue: int = 10_000,
                  batch_max: int = 500, flush_interval_s: float = 1.0, backoff_max_s: float = 30.0,
                  clock: Callable[[], float] = time.time):
         self._transport = transport
@@ -55,7 +55,7 @@ class EventSender:
         self._thread: threading.Thread | None = None
         # A batch that failed with a retryable error is resent with the same seq (server de-duplicates).
         self._pending: tuple[int, list[dict[str, Any]]] | None = None
-        self._side_jobs: collections.deque[Callable[[Transport], None]] = collections.deque()
+        self._side_jobs: collections.deque[Callable[[Client], None]] = collections.deque()
         self.dropped_total = 0
         self.invalid_total = 0
         self.sent_total = 0
@@ -75,7 +75,7 @@ class EventSender:
             elif len(self._queue) >= self._batch_max:
                 self._cond.notify()
 
-    def submit(self, job: Callable[[Transport], None]) -> None:
+    def submit(self, job: Callable[[Client], None]) -> None:
         """Run `job(transport)` once on the sender thread (e.g. an allocator-trace upload)."""
         with self._cond:
             self._side_jobs.append(job)
@@ -174,7 +174,7 @@ class EventSender:
             seq, events = batch
             try:
                 self._post(seq, events)
-            except TransportError as exc:
+            except ApiError as exc:
                 if not exc.retryable:
                     self._warn_once(f"final{exc.status}", "fleetprof hooks: collector refused events: %s", exc)
                     self._pending = None

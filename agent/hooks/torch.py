@@ -52,7 +52,7 @@ from agent.hooks.events import EventFactory
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, step_memory
 from agent.hooks.sender import EventSender
-from agent.transport import Transport
+from fleetprof.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def _chain_excepthook(prof: Profiler) -> None:
     sys.excepthook = excepthook
 
 
-def install(settings: AgentSettings | None = None, *, transport: Transport | None = None) -> Profiler | None:
+def install(settings: AgentSettings | None = None, *, transport: Client | None = None) -> Profiler | None:
     """Install the hooks in this process once (idempotent); None when off or not configured."""
     global _current
     with _install_lock:
@@ -333,7 +333,7 @@ def install(settings: AgentSettings | None = None, *, transport: Transport | Non
         if not settings.job_id or not (settings.server_url or transport):
             log.info("fleetprof hooks: no job id or server URL; hooks not installed")
             return None
-        transport = transport or Transport(settings.server_url or "", settings.token, timeout_s=5.0)
+        transport = transport or Client(settings.server_url or "", settings.token, timeout_s=5.0)
         prof = Profiler(job_id=settings.job_id, sender=EventSender(transport), level=level,
                         layer_every=1 if level == "layers" else settings.hooks_layer_every,
                         alloc_trace_steps=settings.hooks_alloc_trace_steps)

@@ -377,7 +377,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
         try:
             with client_for(auth) as c:
-                job, report = gather(lambda: c.job(job_id), lambda: c.report(job_id))
+                job, report = gather(lambda: c.job(job_id), lambda: c.report_json(job_id))
         except ApiError as exc:
             job = report = exc
         if isinstance(job, ApiError) or isinstance(report, ApiError):

@@ -6,6 +6,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY fleetprof ./fleetprof
 COPY agent ./agent
+COPY embedded ./embedded
 # setuptools finds server*/dashboard* packages only if present: the agent image ships without them
 RUN pip install --no-cache-dir --prefix=/install ".[agent]"
 

@@ -37,6 +37,7 @@ x = p['optional-dependencies']; print('\n'.join(p['dependencies'] + x['server'] 
  && pip install -r /tmp/req.txt
 COPY fleetprof ./fleetprof
 COPY agent ./agent
+COPY embedded ./embedded
 COPY server ./server
 COPY dashboard ./dashboard
 COPY migrations ./migrations

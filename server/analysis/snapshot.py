@@ -1,6 +1,6 @@
 """Fragmentation and allocator events from an uploaded CUDA memory snapshot (`fleetprof.snapshot.v1` JSON).
 
-The client converts torch's snapshot pickle (agent/snapshot.py); here we validate the JSON and never
+The client converts torch's snapshot pickle (fleetprof/snapshot.py); here we validate the JSON and never
 unpickle. Per device:
 - reserved = bytes in segments (cudaMalloc'd by the caching allocator);
 - allocated = bytes in `active_allocated` blocks; active adds blocks awaiting a cross-stream free;

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.cli.tables import aligned
     from fleetprof import units
+    from fleetprof.commands.tables import aligned
     from server.estimate import registry
     from server.estimate.allowlist import ZOO_FACTORIES
     from server.models.base import to_epoch

@@ -44,8 +44,8 @@ def create_token_now(scope: str, team: str | None = None, node: str | None = Non
 
 
 def _list(include_revoked: bool, fmt: str) -> int:
-    from agent.cli.tables import aligned
     from fleetprof import units
+    from fleetprof.commands.tables import aligned
     from server.auth.service import list_tokens
     from server.models.base import to_epoch
 

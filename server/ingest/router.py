@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
-from agent.protocol import PROTOCOL_VERSION, EventBatch, IngestAck, SampleBatch
+from fleetprof.protocol import PROTOCOL_VERSION, EventBatch, IngestAck, SampleBatch
 from server.auth.service import Principal
 from server.db import session_scope
 from server.deps import AgentAuth, DispatcherDep, EventWriterAuth, SettingsDep

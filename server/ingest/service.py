@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from agent.protocol import (
+from fleetprof.protocol import (
     SAMPLE_FIELD_NAMES,
     EventBatch,
     JobEndEvent,

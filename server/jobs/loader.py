@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.protocol import SAMPLE_FIELD_NAMES
+from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
 from server.analysis.jobdata import LayerStat as LayerRow
 from server.auth import policy

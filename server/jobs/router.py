@@ -12,8 +12,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agent.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.jobid import job_path
+from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.protocol import JobId, Timestamp
+from fleetprof.protocol import JobId, Timestamp
 from fleetprof.report import Recommendation
 
 # A job's free-form metadata, as compact JSON, at most: it is returned with the job in every list and read, and a

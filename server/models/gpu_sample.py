@@ -9,7 +9,7 @@ from server.models.base import Base, BigId, UtcDateTime
 
 
 class GpuSample(Base):
-    """One NVML (or replayed) sample of one GPU. Columns mirror agent.protocol.SAMPLE_FIELDS, units in names.
+    """One NVML (or replayed) sample of one GPU. Columns mirror fleetprof.protocol.SAMPLE_FIELDS, units in names.
 
     Primary key (gpu_id, ts): reads are time ranges per GPU, and a sample delivered twice is stored once.
     BRIN on ts: reads of the recent past over all GPUs (current utilization, the rollup sweep) have no gpu_id to

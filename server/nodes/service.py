@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.protocol import GpuInfo, NodeInfo
+from fleetprof.protocol import GpuInfo, NodeInfo
 from server.models import Gpu, Node
 from server.models.base import to_epoch, utcnow
 from server.nodes.schemas import GpuRead, NodeRead

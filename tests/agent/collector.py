@@ -10,7 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent.protocol import SampleBatch
+from fleetprof.protocol import SampleBatch
 
 
 class Collector:

@@ -9,8 +9,8 @@ import pytest
 
 from agent.daemon import open_devices, run_agent
 from agent.devices.replay import OriginalReplayDevices, ReplayDevices
-from agent.protocol import PROTOCOL_VERSION, GpuInfo, ProcessColumns, SampleBatch, SampleColumns
-from agent.recordings import dump_batch_line, read_recording
+from fleetprof.protocol import PROTOCOL_VERSION, GpuInfo, ProcessColumns, SampleBatch, SampleColumns
+from fleetprof.recordings import dump_batch_line, read_recording
 from tests.agent.collector import Collector
 from tests.agent.test_daemon import settings
 
@@ -85,7 +85,7 @@ def test_ships_every_recorded_row_verbatim_once(tmp_path: Path, collector: Colle
 
 def test_process_rows_between_timesteps_are_shipped_once(tmp_path: Path) -> None:
     rec = read_recording(_recording(tmp_path / "rec.jsonl", steps=3))
-    from agent.recordings import ProcessRow
+    from fleetprof.recordings import ProcessRow
 
     rec.processes += [ProcessRow(T0 - 5, UUIDS[1], 1, None), ProcessRow(T0 + 0.3, UUIDS[1], 2, None),
                       ProcessRow(T0 + 99, UUIDS[1], 3, None)]

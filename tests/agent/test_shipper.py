@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from agent.protocol import PROTOCOL_VERSION, SampleBatch, SampleColumns
-from agent.recordings import dump_batch_line
 from agent.shipper import Shipper
 from agent.spool import Spool
-from agent.transport import Transport
+from fleetprof.client import Client
+from fleetprof.protocol import PROTOCOL_VERSION, SampleBatch, SampleColumns
+from fleetprof.recordings import dump_batch_line
 from tests.agent.collector import Collector
 
 
@@ -27,7 +27,7 @@ def fill(spool: Spool, seqs: range) -> None:
 
 def shipper(tmp_path: Path, collector: Collector, **kw: object) -> Shipper:
     spool = Spool(tmp_path / "spool")
-    return Shipper(spool, Transport(collector.url, "tok"), backoff_base_s=0.01, backoff_max_s=0.05,
+    return Shipper(spool, Client(collector.url, "tok"), backoff_base_s=0.01, backoff_max_s=0.05,
                    rng=lambda: 0.5, **kw)  # type: ignore[arg-type]
 
 

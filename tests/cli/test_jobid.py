@@ -7,9 +7,9 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from agent.podresources import PodRef
-from agent.protocol import JobId
 from agent.run import generate_job_id
 from fleetprof.jobid import MAX_LENGTH, is_job_id, job_id_problem, job_path, k8s_job_id, path_segment
+from fleetprof.protocol import JobId
 
 MADE = [
     "slurm:123", "slurm:123_4", "slurm:123+0",  # Slurm: a job, an array task, a heterogeneous component

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import time
 
-from agent.cli.report import format_table
 from fleetprof import units
+from fleetprof.commands.report import format_table
 from server.analysis.characterize import characterize
 from server.jobs.html_report import render_report_html
 from tests.analysis.test_characterize import real_job  # noqa: F401 - the fixture: 3 real captures + Alibaba steps

@@ -57,7 +57,7 @@ def run_script(name: str, env: dict[str, str], config: Path, timeout_s: float = 
 
 def agent_samples(job_id: str, t0: float, *, seq: int) -> dict:
     """What the node's agent sends while the job runs: 2 GPUs x 20 samples 0.1 s apart, the job's processes on both."""
-    from agent.protocol import PROTOCOL_VERSION
+    from fleetprof.protocol import PROTOCOL_VERSION
 
     ts, gpu, mem, util, power = [], [], [], [], []
     for k in range(20):

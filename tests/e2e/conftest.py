@@ -94,7 +94,7 @@ def build_h100_recording(capture: Path, out: Path, *, steps: int = 150, end_ts: 
     timesteps carry the capture's compute-app rows (unattributed, as the agent would ship them). Nothing here is
     made up but the timestamps and the second GPU's identity.
     """
-    from agent.recordings import ProcessRow, SampleRow, dump_batch_line, iter_timesteps, make_batch, read_recording
+    from fleetprof.recordings import ProcessRow, SampleRow, dump_batch_line, iter_timesteps, make_batch, read_recording
 
     cap = read_recording(capture)
     assert len(cap.gpus) == 1 and len(cap.rows) == 2, "expected the H100 capture's idle row and loaded row"

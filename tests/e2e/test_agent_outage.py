@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from agent.recordings import read_recording
+from fleetprof.recordings import read_recording
 from tests.e2e.conftest import FLEETPROF, client_env, stop_process
 
 OUTAGE_S = 60.0

@@ -108,7 +108,7 @@ def test_a_pod_from_attribution_to_report_cli_and_dashboard_link(k8s_job, live_s
     store = next(c for c in page.children if getattr(c, "id", None) == "job-id")
     assert store.data == JOB
     with ApiClient(live_server, k8s_job["operator"]) as client:  # what the page's data callbacks call
-        assert client.job(JOB)["job_id"] == JOB and client.report(JOB)["job_id"] == JOB
+        assert client.job(JOB)["job_id"] == JOB and client.report(JOB).job_id == JOB
         assert client.timeseries_batch(JOB, {"memory_used_bytes": 100})["memory_used_bytes"]["series"]
         assert client.steps(JOB)["job_id"] == JOB
     refused = layout(job_id="a%20b")

@@ -54,9 +54,9 @@ def test_local_estimate_of_own_code_and_upload(cli_env, live_server, make_token,
 
 
 def test_local_estimate_loads_no_server_framework(repo_root: Path) -> None:
-    """--local is the one place agent/ imports server/: the estimator only, never FastAPI, SQLAlchemy or Celery."""
+    """--local (embedded/estimate.py) imports the estimator only, never FastAPI, SQLAlchemy or Celery."""
     code = ("import json, sys\n"
-            "from agent.cli.estimate import estimate_locally\n"
+            "from embedded.estimate import estimate_locally\n"
             "est = estimate_locally({'model': {'factory': 'server.estimate.zoo:resnet_small'}, 'inputs': "
             "[{'shape': [3, 32, 32]}], 'batch_size': 2, 'gpu_types': ['T4'], 'search_max_batch': False}, 60)\n"
             "print(json.dumps([est['parameter_count'], sorted(sys.modules)]))")

@@ -7,7 +7,7 @@ HTTP transport are the production code. Three methods are wrapped to append one 
 JOURNAL (O_APPEND, one write per line, so a line is whole or absent):
 
 - `Spool.append` -> {"ev": "spooled", "agent_id", "seq", "n", "samples": [[gpu_uuid, ts], ...]}
-- `Transport.request` on the samples path -> {"ev": "ack", "agent_id", "seq", "accepted", "duplicate"} after a
+- `Client.request` on the samples path -> {"ev": "ack", "agent_id", "seq", "accepted", "duplicate"} after a
   2xx (the collector's acknowledgement: it answers only after its commit), or {"ev": "error", "status",
   "retry_after_s", "seq"} for every refused or failed attempt (status null = network error);
 - `Spool._drop_oldest` -> {"ev": "dropped", "dropped_samples_total"} when the bounded spool drops a segment.
@@ -25,7 +25,7 @@ import sys
 
 def _install(journal_path: str) -> None:
     from agent import spool as spool_mod
-    from agent import transport as transport_mod
+    from fleetprof import client as transport_mod
 
     fd = os.open(journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
@@ -47,7 +47,7 @@ def _install(journal_path: str) -> None:
         orig_drop(self)
         write({"ev": "dropped", "dropped_samples_total": self.dropped_samples_total})
 
-    orig_request = transport_mod.Transport.request
+    orig_request = transport_mod.Client.request
 
     def request(self, method, path, *, raw_body=None, **kwargs):  # type: ignore[no-untyped-def]
         if not path.endswith("/ingest/samples") or raw_body is None:
@@ -56,7 +56,7 @@ def _install(journal_path: str) -> None:
         key = {"agent_id": head["agent_id"], "seq": head["seq"]}
         try:
             resp = orig_request(self, method, path, raw_body=raw_body, **kwargs)
-        except transport_mod.TransportError as exc:
+        except transport_mod.ApiError as exc:
             write({"ev": "error", **key, "status": exc.status, "retry_after_s": exc.retry_after_s,
                    "message": str(exc)[:300]})
             raise
@@ -67,7 +67,7 @@ def _install(journal_path: str) -> None:
 
     spool_mod.Spool.append = append  # type: ignore[method-assign]
     spool_mod.Spool._drop_oldest = drop_oldest  # type: ignore[method-assign]
-    transport_mod.Transport.request = request  # type: ignore[method-assign]
+    transport_mod.Client.request = request  # type: ignore[method-assign]
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from agent.protocol import PROTOCOL_VERSION
+from fleetprof.protocol import PROTOCOL_VERSION
 from tests.faults.harness import PYTHON, Proc, base_env, create_token, start_collector, wait_until
 from tests.server.helpers import gz, sample_batch
 

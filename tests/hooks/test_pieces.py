@@ -49,7 +49,7 @@ def test_sample_counts_become_plain_ints() -> None:
     import torch
 
     from agent.hooks.torch import sample_count
-    from agent.protocol import StepEvent
+    from fleetprof.protocol import StepEvent
 
     for value in (32, np.int64(32), torch.tensor(32)):
         assert sample_count(value) == 32 and type(sample_count(value)) is int

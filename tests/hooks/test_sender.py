@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from agent.hooks.sender import EVENTS_PATH, EventSender
-from agent.transport import TransportError
+from fleetprof.client import ApiError
 
 
 class FakeTransport:
@@ -22,7 +22,7 @@ class FakeTransport:
         assert path == EVENTS_PATH
         self.attempts += 1
         if self.attempts <= self.fail_times:
-            raise TransportError("down", status=self.status, retry_after_s=0.0)
+            raise ApiError(self.status, "down", retry_after_s=0.0)
         self.posts.append(payload)
         self.posted.set()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import EventBatch
+from fleetprof.protocol import EventBatch
 from tests.hooks.conftest import Recorder, run_script
 
 STEPS = 8

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent.protocol import PROTOCOL_VERSION
+from fleetprof.protocol import PROTOCOL_VERSION
 from tests.server.helpers import auth, sample_batch
 
 SCOPES = ("none", "bad", "agent", "team_a", "team_b", "scheduler", "operator")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.protocol import PROTOCOL_VERSION
+from fleetprof.protocol import PROTOCOL_VERSION
 from tests.server.helpers import auth
 
 MIB = 2**20

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from agent.protocol import PROTOCOL_VERSION
+from fleetprof.protocol import PROTOCOL_VERSION
 from tests.server.helpers import auth
 
 GIB, MIB = 2**30, 2**20

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from agent.protocol import PROTOCOL_VERSION
+from fleetprof.protocol import PROTOCOL_VERSION
 
 
 def sample_batch(*, node: str = "node-a", agent_id: str = "agent-a", seq: int = 0, n: int = 10, gpus: int = 2,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.transport import Transport
+from fleetprof.client import Client
 from server.app import create_app
 from server.ingest.router import InflightLimiter
 from tests.server.helpers import auth, sample_batch
@@ -123,7 +123,7 @@ def test_gzip_bodies_reach_every_route_through_the_real_transport(live_server, m
     """The client transport gzips any body of 1 KiB or more: registering a job with 10 KB of metadata was a 400."""
     token = make_token("team", team="vision")
     metadata = {"notes": "x" * 10_000, "layers": list(range(200))}
-    with Transport(live_server, token) as t:
+    with Client(live_server, token) as t:
         t.request("POST", JOBS, json_body={"job_id": "gz-1", "team": "vision", "metadata": metadata})
         job = t.get_json(JOBS + "/gz-1")
     assert job["metadata"] == metadata

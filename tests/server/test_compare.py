@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from agent.protocol import PROTOCOL_VERSION
+from fleetprof.protocol import PROTOCOL_VERSION
 from tests.server.helpers import auth, sample_batch
 
 JOBS = "/api/v1/jobs"

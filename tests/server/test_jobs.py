@@ -198,7 +198,7 @@ def test_report_has_per_process_peaks_from_the_agents_process_rows(api, make_tok
 def test_an_end_reported_as_failed_is_oom_when_the_hooks_saw_one(api, make_token):
     """The Slurm epilog knows an exit status only: a job whose hooks reported CUDA out of memory ends 'oom', as it
     did when the hooks themselves reported the end (before, a registration's 'failed' stayed 'failed')."""
-    from agent.protocol import PROTOCOL_VERSION
+    from fleetprof.protocol import PROTOCOL_VERSION
 
     team, agent = make_token("team", team="vision"), make_token("agent", node="node-o")
     now = time.time()

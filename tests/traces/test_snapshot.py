@@ -1,4 +1,4 @@
-"""CUDA memory snapshots: pickle -> JSON on the client (agent.snapshot), JSON -> fragmentation on the server.
+"""CUDA memory snapshots: pickle -> JSON on the client (fleetprof.snapshot), JSON -> fragmentation on the server.
 
 No GPU here, so two sources stand in for `torch.cuda.memory._dump_snapshot`:
 - a dict in the exact structure torch's allocator writes (torch/cuda/memory.py `_snapshot` docstring:
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from agent.snapshot import SnapshotFormatError as ClientFormatError
-from agent.snapshot import snapshot_to_json
+from fleetprof.snapshot import SnapshotFormatError as ClientFormatError
+from fleetprof.snapshot import snapshot_to_json
 from server.analysis.snapshot import SnapshotFormatError, parse_snapshot_json
 
 MiB = 1 << 20

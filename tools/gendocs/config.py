@@ -25,9 +25,11 @@ DEPLOYABLES: tuple[tuple[str, str, str], ...] = (
     ("Server", "server.config:ServerSettings",
      "the collector and REST API (`fleetprof server`, `fleetprof up`), Celery workers (`fleetprof worker`), "
      "`fleetprof db` and `fleetprof token`"),
-    ("Agent and client commands", "agent.config:AgentSettings",
-     "the node agent (`fleetprof agent`), `fleetprof run` and its framework hooks, and the client commands "
-     "(`report`, `rightsizing`, `replay`, `import-trace`, `estimate`)"),
+    ("Client commands and the SDK", "fleetprof.settings:ClientSettings",
+     "the client commands (`report`, `rightsizing`, `replay`, `import-trace`, `estimate`) and "
+     "`fleetprof.client.Client.from_settings()`"),
+    ("Agent", "agent.config:AgentSettings",
+     "the node agent (`fleetprof agent`), `fleetprof run` and its framework hooks, and `fleetprof slurm`"),
     ("Dashboard", "dashboard.config:DashboardSettings", "the Dash dashboard (`fleetprof dashboard`)"),
 )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from agent.protocol import (
+from fleetprof.protocol import (
     PROTOCOL_VERSION,
     SAMPLE_FIELDS,
     GpuInfo,

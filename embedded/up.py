@@ -15,14 +15,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import server.demo
+from fleetprof.client import Client
 from fleetprof.errors import CliError
 from fleetprof.ports import listen
+from fleetprof.recordings import read_recording
 
 log = logging.getLogger("fleetprof.up")
 
 # Real telemetry recorded on a real GPU, replayed when this machine has none: the nvidia-smi capture of an
 # H100 under load (idle row, then gpu_burn + memhogs), shipped in the server.demo package (see its README).
-DEMO_RECORDING = Path(__file__).resolve().parents[1] / "demo" / "nvidia-smi-h100-capture.txt"
+DEMO_RECORDING = Path(server.demo.__file__).resolve().parent / "nvidia-smi-h100-capture.txt"
 DEMO_NODE = "local-replay"
 DEMO_JOB = "demo-replay"
 
@@ -82,15 +85,11 @@ def _periodic(stop: threading.Event, settings) -> None:
 
 
 def _register_demo_job(base_url: str, token: str, recording: Path) -> None:
-    from agent.recordings import read_recording
-    from agent.transport import Transport
-
     rec = read_recording(recording)
-    with Transport(base_url, token) as t:
-        t.post_json("/api/v1/jobs", {"job_id": DEMO_JOB, "team": "demo", "state": "running", "started_at": time.time(),
-                                     "name": f"replay of {recording.name} (recorded real telemetry, not live)",
-                                     "node": DEMO_NODE, "gpu_uuids": [g.uuid for g in rec.gpus],
-                                     "metadata": {"replay": True}})
+    with Client(base_url, token) as api:
+        api.register_job({"job_id": DEMO_JOB, "team": "demo", "state": "running", "started_at": time.time(),
+                          "name": f"replay of {recording.name} (recorded real telemetry, not live)",
+                          "node": DEMO_NODE, "gpu_uuids": [g.uuid for g in rec.gpus], "metadata": {"replay": True}})
 
 
 def _dashboard_server() -> Callable[..., None] | None:

@@ -7,10 +7,9 @@ import argparse
 import sys
 from typing import Any
 
-from agent.cli.common import add_server_arguments, checked_job_id, client_transport
-from agent.cli.tables import recommendation_lines, section_lines
+from fleetprof.commands.common import add_server_arguments, api_client, checked_job_id
+from fleetprof.commands.tables import recommendation_lines, section_lines
 from fleetprof.errors import CliError
-from fleetprof.jobid import job_path
 from fleetprof.output import json_text
 
 
@@ -40,12 +39,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("give a job id, or --name NAME for a recurring job: one of the two")
     if args.team and not args.name:
         raise CliError("--team goes with --name")
-    if args.job_id is not None:
-        path, params = job_path(checked_job_id(args.job_id), "rightsizing"), {"history": args.history}
-    else:
-        path = "/api/v1/rightsizing"
-        params = {"name": args.name, "history": args.history, **({"team": args.team} if args.team else {})}
-    with client_transport(args.server, args.token) as t:
-        answer = t.request("GET", path, params=params).body
+    job_id = None if args.job_id is None else checked_job_id(args.job_id)
+    with api_client(args.server, args.token) as api:
+        answer = api.rightsizing(job_id, name=args.name, team=args.team, history=args.history)
     sys.stdout.write(json_text(answer) if args.format == "json" else format_table(answer))
     return 0

@@ -8,19 +8,23 @@ The server imports only the built-in zoo and factories an operator registered (`
 own model code is estimated with `--local`: the same estimator in this process, on this machine (PyTorch needed:
 the `estimate` extra), importing the factory from the current directory or PYTHONPATH; nothing is sent unless
 `--job-id` asks to store the result with that job (POST /api/v1/jobs, `metadata.estimate`).
+
+This module is the command without the estimator: arguments, the request, the REST call, the table. `--local`
+needs an estimator in this process, which the bare install does not have; the command as installed
+(embedded/estimate.py) passes the server's estimator in (`run(args, local=...)`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from agent.cli.common import add_server_arguments, client_transport
 from fleetprof import units
+from fleetprof.commands.common import add_server_arguments, api_client
 from fleetprof.errors import CliError
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop"]
@@ -107,30 +111,6 @@ def format_table(est: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed."""
-    try:
-        # heavy and optional (torch): only for --local; the estimator imports neither FastAPI nor SQLAlchemy
-        from server.estimate.errors import EstimateError
-        from server.estimate.schemas import EstimateRequest
-        from server.estimate.service import estimate
-    except ImportError as exc:
-        raise CliError(f"--local needs PyTorch and the estimator (pip install 'fleetprof[estimate]'): {exc}") from None
-    from pydantic import ValidationError
-
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's modules beside them
-    try:
-        request = EstimateRequest.model_validate(req)
-        factory = request.model.factory
-        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else ())
-    except ValidationError as exc:
-        raise CliError(f"invalid estimate request: {exc}") from None
-    except EstimateError as exc:
-        raise CliError(f"{exc.kind}: {exc}") from None
-    return result.model_dump(mode="json")
-
-
 def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """The POST /api/v1/jobs body that stores a local estimate with its job: metadata.estimate."""
     body: dict[str, Any] = {"job_id": args.job_id, "metadata": {"estimate": {
@@ -140,22 +120,24 @@ def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     return body
 
 
-def _send(args: argparse.Namespace, method: str, path: str, body: dict[str, Any], **params: Any) -> Any:
-    with client_transport(args.server, args.token, timeout_s=args.timeout + 30) as t:
-        # uncompressed: collectors before server/inflate.py read gzip on ingest routes only (~10 KB here)
-        return t.request(method, path, json_body=body, params=params or None, compress=False).body
+LocalEstimator = Callable[[dict[str, Any], float], dict[str, Any]]
+"""(request, time limit in s) -> the estimate, computed in this process."""
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, local: LocalEstimator | None = None) -> int:
     req = build_request(args)
     if (args.job_id or args.team) and not args.local:
         raise CliError("--job-id and --team store a --local estimate; the server's estimates are not stored")
     if not args.local:
-        est = _send(args, "POST", "/api/v1/estimate", req, timeout_s=args.timeout)
+        with api_client(args.server, args.token) as api:
+            est = api.estimate(req, timeout_s=args.timeout)
     else:
-        est = estimate_locally(req, args.timeout)
+        if local is None:
+            raise CliError("--local needs the estimator, which this install lacks (pip install 'fleetprof[estimate]')")
+        est = local(req, args.timeout)
         if args.job_id:
-            _send(args, "POST", "/api/v1/jobs", upload_body(est, args))
+            with api_client(args.server, args.token) as api:
+                api.register_job(upload_body(est, args))
     sys.stdout.write(json.dumps(est, indent=2) + "\n" if args.format == "json" else format_table(est))
     if args.local and args.job_id:
         sys.stderr.write(f"stored with job {args.job_id} (GET /api/v1/jobs/{args.job_id}: metadata.estimate)\n")

@@ -14,13 +14,13 @@ import json
 import sys
 from pathlib import Path
 
-from agent.cli.common import add_server_arguments, checked_job_id, client_transport, transport_failure
-from agent.transport import TransportError
 from fleetprof import units
+from fleetprof.client import ApiError
+from fleetprof.commands.common import add_server_arguments, api_client, api_failure, checked_job_id
 from fleetprof.errors import CliError
-from fleetprof.jobid import job_path
 from fleetprof.output import add_format_argument, write_json
 from fleetprof.progress import Progress
+from fleetprof.snapshot import SnapshotFormatError, snapshot_to_json
 
 PICKLE_MAGIC = b"\x80"
 
@@ -41,8 +41,6 @@ def _payload(path: Path) -> bytes:
     head = gzip.decompress(raw)[:1] if raw[:2] == b"\x1f\x8b" else raw[:1]
     if head != PICKLE_MAGIC:
         return raw if raw[:2] == b"\x1f\x8b" else gzip.compress(raw, compresslevel=5)
-    from agent.snapshot import SnapshotFormatError, snapshot_to_json
-
     try:
         doc = snapshot_to_json(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     except SnapshotFormatError as exc:
@@ -51,23 +49,18 @@ def _payload(path: Path) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
-    path_of_traces = job_path(checked_job_id(args.job_id), "traces")
+    job_id = checked_job_id(args.job_id)
     uploads = []
-    with client_transport(args.server, args.token) as t:
+    with api_client(args.server, args.token) as t:
         for name in args.files:
             path = Path(name)
             body = _payload(path)
-            params = {"filename": path.name}
-            if args.rank is not None:
-                params["rank"] = str(args.rank)
             with Progress(f"upload {path.name}", len(body), fmt=units.size) as progress:
                 try:
-                    resp = t.request("POST", path_of_traces, raw_body=body, content_type="application/gzip",
-                                     params=params, compress=False,
-                                     progress=progress.update if progress.enabled else None)
-                except TransportError as exc:
-                    raise transport_failure(exc, str(path)) from None
-            info = resp.body
+                    info = t.upload_trace(job_id, body, filename=path.name, rank=args.rank,
+                                          progress=progress.update if progress.enabled else None)
+                except ApiError as exc:
+                    raise api_failure(exc, str(path)) from None
             uploads.append({"file": str(path), "uploaded_bytes": len(body), **info})
             state = "uploaded" if info.get("created") else "already uploaded"
             print(f"{path}: {state} as {info.get('kind')} (rank {info.get('rank')}) for job {args.job_id}",

@@ -17,11 +17,11 @@ import sys
 import time
 import uuid
 
-from agent.cli.common import add_server_arguments, checked_job_id, client_transport
-from agent.recordings import RecordingError, iter_timesteps, make_batch, read_recording
+from fleetprof.commands.common import add_server_arguments, api_client, checked_job_id
 from fleetprof.errors import CliError
 from fleetprof.output import add_format_argument, write_json
 from fleetprof.progress import Progress
+from fleetprof.recordings import RecordingError, iter_timesteps, make_batch, read_recording
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     total_rows = sum(len(group) for group in steps)
     sent = batches = 0
     prev_hi = rec.start_ts
-    with client_transport(args.server, args.token) as t, \
+    with api_client(args.server, args.token) as t, \
             Progress(f"replay {args.job_id}", total_rows, unit="samples") as progress:
 
         def post(path: str, payload: dict[str, object]) -> None:

@@ -6,11 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from agent.cli.common import add_server_arguments, checked_job_id, client_transport
-from agent.cli.tables import recommendation_lines, record_lines, section_lines
 from fleetprof import units
+from fleetprof.commands.common import add_server_arguments, api_client, checked_job_id
+from fleetprof.commands.tables import recommendation_lines, record_lines, section_lines
 from fleetprof.errors import CliError
-from fleetprof.jobid import job_path
 from fleetprof.output import json_text
 
 
@@ -43,13 +42,12 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    params = {"refresh": "true"} if args.refresh else {}
-    path = job_path(checked_job_id(args.job_id), "report")
-    with client_transport(args.server, args.token) as t:
+    job_id = checked_job_id(args.job_id)
+    with api_client(args.server, args.token) as api:
         if args.format == "html":
-            text = t.request("GET", path, params={**params, "format": "html"}).body
+            text = api.report_html(job_id, refresh=args.refresh)
         else:
-            report = t.request("GET", path, params=params).body
+            report = api.report_json(job_id, refresh=args.refresh)
             text = json_text(report) if args.format == "json" else format_table(report)
     if args.output:
         try:

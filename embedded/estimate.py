@@ -1,0 +1,43 @@
+"""`fleetprof estimate`: the client command (fleetprof/commands/estimate.py) with the server's estimator for
+`--local`, run in this process on the user's own code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from fleetprof.commands import estimate as command
+from fleetprof.errors import CliError
+
+add_arguments = command.add_arguments
+
+
+def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed."""
+    try:
+        # heavy and optional (torch): only for --local; the estimator imports neither FastAPI nor SQLAlchemy
+        from server.estimate.errors import EstimateError
+        from server.estimate.schemas import EstimateRequest
+        from server.estimate.service import estimate
+    except ImportError as exc:
+        raise CliError(f"--local needs PyTorch and the estimator (pip install 'fleetprof[estimate]'): {exc}") from None
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's modules beside them
+    try:
+        request = EstimateRequest.model_validate(req)
+        factory = request.model.factory
+        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else ())
+    except ValidationError as exc:
+        raise CliError(f"invalid estimate request: {exc}") from None
+    except EstimateError as exc:
+        raise CliError(f"{exc.kind}: {exc}") from None
+    return result.model_dump(mode="json")
+
+
+def run(args: argparse.Namespace) -> int:
+    return command.run(args, local=estimate_locally)
