@@ -49,6 +49,7 @@ from agent.hooks.alloc_trace import AllocTracer
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
 from agent.hooks.events import EventFactory
+from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, step_memory
 from agent.hooks.sender import EventSender
@@ -109,6 +110,8 @@ class Profiler:
         self._device_time = DeviceTimer(torch, sender.put)
         self._sampler = LayerSampler(torch, on_error=self._fail)
         self._alloc_trace = AllocTracer(torch, sender, job_id=job_id, steps=alloc_trace_steps)
+        self._info = FrameworkInfo(torch)
+        self._info_sent: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ install / teardown
 
@@ -119,6 +122,10 @@ class Profiler:
         self.enabled = True
         self._opt_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
         self._discovery.start()
+        try:
+            self._info.patch_dataloader()
+        except Exception as exc:  # an unusual torch build: the batch size then comes from the inputs alone
+            log.info("fleetprof hooks: DataLoader batch_size not watched: %r", exc)
         if process_hooks:
             atexit.register(self.close)
             _chain_excepthook(self)
@@ -137,6 +144,12 @@ class Profiler:
         self._device_time.drain(final=True)
         if self._alloc_trace.active:
             self._alloc_trace.stop(upload=False, rank=self._events.rank)
+        if self.enabled and self.steps_done:
+            try:
+                self._send_info()
+            except Exception as exc:
+                self._fail(exc)
+        self._info.unpatch_dataloader()
         self.enabled = False
         self.sender.close(timeout_s)
 
@@ -196,7 +209,10 @@ class Profiler:
             if self._failed:
                 self._cleanup_after_failure()
                 return
-            if not self.enabled or self._explicit:
+            if not self.enabled:
+                return
+            self._info.note_optimizer(optimizer)
+            if self._explicit:
                 return
             lead = self._lead_opt() if self._lead_opt is not None else None
             if lead is None:
@@ -233,6 +249,7 @@ class Profiler:
         self._device_time.drain(final=False)
 
         # prepare the next step
+        self._info.note_step_samples(self._samples)
         self.steps_done += 1
         self._samples = None
         self._forwards = 0
@@ -247,6 +264,8 @@ class Profiler:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
         self._alloc_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
+        if self.steps_done & (self.steps_done - 1) == 0:  # steps 1, 2, 4, 8, ...: sent when it changed
+            self._send_info(cuda=cuda)
 
         # The step ends after our own bookkeeping: the user's clock around optimizer.step() counts it too,
         # so the hooks' cost lands in the step that paid it rather than in the next one.
@@ -254,6 +273,15 @@ class Profiler:
         ev["wall_s"] = max(0.0, now - self._step_start)
         self._step_start = now
         self._device_time.send(ev, start_ev, end_ev)
+
+    def _send_info(self, *, cuda: bool | None = None) -> None:
+        """The `framework_info` event, when its fields differ from the last one sent."""
+        fields = self._info.info(cuda=torch.cuda.is_initialized() if cuda is None else cuda)
+        if fields != self._info_sent:
+            self._info_sent = fields
+            ev = self._events.base("framework_info")
+            ev.update({k: v for k, v in fields.items() if v is not None})
+            self.sender.put(ev)
 
     def _is_sampled(self, step: int) -> bool:
         """Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery)."""
@@ -263,6 +291,7 @@ class Profiler:
 
     def _on_model(self, model: Any) -> None:
         self._model = weakref.ref(model)
+        self._info.note_model(model)
         self._handles.append(model.register_forward_pre_hook(self._model_pre, with_kwargs=True))
 
     def _model_pre(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -279,6 +308,7 @@ class Profiler:
             self._device_time.first_forward()
         if self._samples is None:
             self._samples = batch_size_of(args, kwargs)
+            self._info.note_forward()
 
 
 # ---------------------------------------------------------------------- helpers
