@@ -151,13 +151,15 @@ class JobRunner:
         return env
 
     def run(self, command: Sequence[str], *, job_id: str, team: str | None = None, name: str | None = None,
-            hooks: bool = True) -> JobOutcome:
+            hooks: bool = True, batch_size: int | None = None) -> JobOutcome:
         cuda = self.environ.get("CUDA_VISIBLE_DEVICES")
         job: dict[str, Any] = {
             "job_id": job_id, "team": team, "name": name or os.path.basename(command[0]),
             "command": shlex.join(command), "host": socket.gethostname(), "user": _user(),
             "state": "running", "started_at": time.time(), "gpu_uuids": gpus_from_cuda_visible_devices(cuda),
             "cuda_visible_devices": cuda, "framework": "pytorch" if hooks and self._child_env else None,
+            # --batch-size: the job's own word, which the hooks' reading does not replace (server.jobs.framework_info)
+            "batch_size": batch_size, "metadata": {"batch_size_source": "flag"} if batch_size is not None else None,
         }
         self._post(job)
         env = self.child_environment(job_id, hooks)

@@ -1,4 +1,4 @@
-"""`fleetprof run [--job-id ID] [--team T] [--name N] [--no-hooks] [--format table|json] -- CMD ...`.
+"""`fleetprof run [--job-id ID] [--team T] [--name N] [--batch-size N] [--no-hooks] [--format table|json] -- CMD`.
 
 Ends with a summary of the job on stderr (agent.run_summary): a table, or with `--format json` one line of JSON
 (stderr too: stdout is the job's own). None when the server cannot be reached.
@@ -26,9 +26,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team", help="team that owns the job (default: FLEETPROF_TEAM)")
     parser.add_argument("--name", help="a human name for the job (default: the program's name)")
     parser.add_argument("--no-hooks", action="store_true", help="do not turn on the PyTorch hooks")
+    parser.add_argument("--batch-size", type=_positive_int, metavar="N",
+                        help="the job's batch size, recorded as the job's own (default: what the hooks read: the "
+                             "DataLoader's batch_size, or the leading dimension of the model's first input)")
     add_format_argument(parser, help="the summary printed on stderr when the job ends: table (default) or json "
                                      "(one line; stdout is the job's own)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.job_id is None:
         print(f"fleetprof run: job id {job_id}", file=sys.stderr)
     result = JobRunner(settings).run(command, job_id=job_id, team=settings.team, name=args.name,
-                                     hooks=not args.no_hooks)
+                                     hooks=not args.no_hooks, batch_size=args.batch_size)
     if result.state != "finished":
         print(f"fleetprof run: job {job_id} {result.state} (exit status {result.exit_code})", file=sys.stderr)
     _print_summary(settings, job_id, result, args.format)

@@ -125,7 +125,8 @@ class FrameworkInfo:
         if cuda:
             cu = self._torch.cuda
             index = int(cu.current_device())
-            return {"device": f"cuda:{index}", "device_memory_total_bytes": int(cu.get_device_properties(index).total_memory),
+            total_bytes = int(cu.get_device_properties(index).total_memory)
+            return {"device": f"cuda:{index}", "device_memory_total_bytes": total_bytes,
                     "device_memory_source": "cuda_device"}
         total = host_memory_bytes()
         return {"device": "cpu", "device_memory_total_bytes": total,
