@@ -89,6 +89,11 @@ SAMPLE_FIELDS: tuple[tuple[str, type], ...] = (
     ("ecc_corrected_total", int),
     ("ecc_uncorrected_total", int),
     ("xid_last", int),
+    # The power limit the driver enforces now (W) and the application clocks (MHz) the GPU runs kernels at:
+    # every sample carries them, so a job's power cap is known even when it changed under it (nvidia-smi -pl).
+    ("power_limit_w", float),
+    ("app_sm_clock_mhz", float),
+    ("app_mem_clock_mhz", float),
 )
 SAMPLE_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in SAMPLE_FIELDS)
 PCT_FIELDS = frozenset({"gpu_util_pct", "mem_util_pct"})
@@ -121,6 +126,9 @@ class SampleColumns(_Strict):
     ecc_corrected_total: list[OptNonNegInt] | None = None
     ecc_uncorrected_total: list[OptNonNegInt] | None = None
     xid_last: list[OptNonNegInt] | None = None
+    power_limit_w: list[OptNonNegFloat] | None = None
+    app_sm_clock_mhz: list[OptNonNegFloat] | None = None
+    app_mem_clock_mhz: list[OptNonNegFloat] | None = None
 
     @model_validator(mode="after")
     def _same_length(self) -> SampleColumns:

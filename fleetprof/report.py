@@ -52,6 +52,11 @@ class GpuReport(Section):
     samples: int
     first_ts: float | None = Field(description="epoch s")
     last_ts: float | None = Field(description="epoch s")
+    power_limit_w: float | None = Field(None, description="the enforced power limit for most of the job's samples "
+                                                          "(NVML nvmlDeviceGetEnforcedPowerLimit)")
+    power_limit_changed: bool | None = Field(None, description="whether the limit changed during the job")
+    app_sm_clock_mhz: float | None = Field(None, description="application SM clock (nvmlDeviceGetApplicationsClock)")
+    app_mem_clock_mhz: float | None = Field(None, description="application memory clock")
 
 
 # ------------------------------------------------------------------------------------------------------ memory

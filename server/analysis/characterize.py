@@ -8,6 +8,7 @@ says where each headline figure came from, because NVML and the framework hooks 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -17,6 +18,7 @@ from fleetprof.report import FrameworkSection, GpuReport, JobReport, Recommendat
 from server.analysis import energy as energy_mod
 from server.analysis import memory, rightsizing, timing
 from server.analysis.jobdata import GpuSeries, JobData, jsonable
+from server.analysis.power_limit import gpu_setting
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +135,10 @@ def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:
 
 def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:
     u = g.column("gpu_util_pct")
-    return GpuReport.model_validate(jsonable({
+    setting = gpu_setting(g)
+    # Left out (unset) when the samples do not carry them (agents before protocol field power_limit_w).
+    settings = {k: v for k, v in dataclasses.asdict(setting).items() if v is not None}
+    return GpuReport.model_validate(jsonable({**settings,
         "uuid": g.uuid, "name": g.name, "memory_total_bytes": m.memory_total_bytes,
         "peak_used_bytes": m.peak_used_bytes, "headroom_bytes": m.headroom_bytes,
         "peak_used_fraction": m.peak_used_fraction,

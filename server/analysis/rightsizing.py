@@ -20,6 +20,7 @@ import numpy as np
 
 from server.analysis.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
 from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
+from server.analysis.power_limit import job_power_limit_w
 
 if TYPE_CHECKING:
     from server.analysis.jobdata import JobData
@@ -166,8 +167,8 @@ def inputs_from_report(report: Mapping[str, Any], job: JobData) -> dict[str, Any
         "step_time_s": (t.get("step_time_s") or {}).get("mean"),
         "energy_j": report["energy"].get("energy_j"),
         "energy_per_step_j": report["energy"].get("energy_per_step_j"),
-        # Not in the telemetry yet: the server fills it from the GPU info (power_limit_w) when known.
-        "power_limit_w": None,
+        # The limit the samples carried (the mode over the job's GPUs); None when they did not carry one.
+        "power_limit_w": job_power_limit_w(job.gpus),
         **framework_inputs(job),
     }
 
