@@ -52,6 +52,7 @@ from agent.hooks.events import EventFactory
 from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, step_memory
+from agent.hooks.profile_trace import ProfileTracer
 from agent.hooks.sender import EventSender
 from agent.transport import Transport
 
@@ -78,7 +79,7 @@ class Profiler:
     """
 
     def __init__(self, *, job_id: str, sender: EventSender, level: str = "default", layer_every: int = 50,
-                 alloc_trace_steps: int = 0, rss: RssPeak | None = None,
+                 alloc_trace_steps: int = 0, profile_steps: int = 0, rss: RssPeak | None = None,
                  clock: Callable[[], float] = time.time, perf: Callable[[], float] = time.perf_counter):
         if level not in LEVELS:
             raise ValueError(f"hooks level {level!r} is not one of {LEVELS}")
@@ -110,6 +111,7 @@ class Profiler:
         self._device_time = DeviceTimer(torch, sender.put)
         self._sampler = LayerSampler(torch, on_error=self._fail)
         self._alloc_trace = AllocTracer(torch, sender, job_id=job_id, steps=alloc_trace_steps)
+        self._profile_trace = ProfileTracer(torch, sender, job_id=job_id, steps=profile_steps)
         self._info = FrameworkInfo(torch)
         self._info_sent: dict[str, Any] | None = None
 
@@ -144,6 +146,8 @@ class Profiler:
         self._device_time.drain(final=True)
         if self._alloc_trace.active:
             self._alloc_trace.stop(upload=False, rank=self._events.rank)
+        if self._profile_trace.active:
+            self._profile_trace.stop(upload=False, rank=self._events.rank)
         if self.enabled and self.steps_done:
             try:
                 self._send_info()
@@ -229,6 +233,8 @@ class Profiler:
             self._remove_module_hooks()
             if self._alloc_trace.active:
                 self._alloc_trace.stop(upload=False, rank=self._events.rank)
+            if self._profile_trace.active:
+                self._profile_trace.stop(upload=False, rank=self._events.rank)
 
     def _boundary(self) -> None:
         if self._step_start is None:
@@ -264,6 +270,7 @@ class Profiler:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
         self._alloc_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
+        self._profile_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
         if self.steps_done & (self.steps_done - 1) == 0:  # steps 1, 2, 4, 8, ...: sent when it changed
             self._send_info(cuda=cuda)
 
@@ -366,7 +373,8 @@ def install(settings: AgentSettings | None = None, *, transport: Transport | Non
         transport = transport or Transport(settings.server_url or "", settings.token, timeout_s=5.0)
         prof = Profiler(job_id=settings.job_id, sender=EventSender(transport), level=level,
                         layer_every=1 if level == "layers" else settings.hooks_layer_every,
-                        alloc_trace_steps=settings.hooks_alloc_trace_steps)
+                        alloc_trace_steps=settings.hooks_alloc_trace_steps,
+                        profile_steps=settings.hooks_profile_steps)
         # A multiprocessing child (DataLoader spawn worker, mp.spawn rank) announces itself only if it
         # takes a step, so idle workers stay silent.
         import multiprocessing
