@@ -75,3 +75,16 @@ def test_batch_size_flag_overrides_what_the_hooks_read(live_server: str, cli_env
     assert job["batch_size"] == 64
     fw = _get(live_server, token, "/api/v1/jobs/e2e-batch-flag/report")["framework"]
     assert fw["batch_size_source"] == "flag" and fw["batch_size_observed"] == 6
+
+
+def test_profile_flag_uploads_an_analyzed_trace(live_server: str, cli_env, make_token) -> None:
+    token = make_token("team", team="e2e-profile")
+    env = client_env(cli_env, live_server, token)
+    _run(env, "e2e-profile", "8", "5", flags=("--profile", "2"))
+    report = _get(live_server, token, "/api/v1/jobs/e2e-profile/report")
+    assert report["traces"]["kineto_files"] == 1, report["traces"]
+    # analyzed, not only stored: the two profiled steps were found at their ProfilerStep marks (a CPU-only trace
+    # has no GPU time, so the GPU breakdown is unknown: null)
+    (rank0,) = report["traces"]["kineto"]["per_rank"]
+    assert rank0["steps"] == 2 and rank0["step_time_mean_us"] > 0
+    assert report["time"]["breakdown"]["compute_pct"] is None
