@@ -169,7 +169,7 @@ def batch_size_advice(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuMo
     best = max_batch_size(fit, capacity, margin=margin)
     usable = capacity * (1 - margin)
     predicted_now = fit.fixed_bytes + fit.per_sample_bytes * current
-    evidence.update(max_batch_size=best, predicted_bytes_at_batch_size=predicted_now)
+    evidence.update(max_batch_size=best, predicted_at_batch_size_bytes=predicted_now)
     where = f"{capacity / 2**30:.1f} GiB ({capacity_source})"
     if best is None or best < current:
         return BatchSizeAdvice(
@@ -178,8 +178,8 @@ def batch_size_advice(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuMo
             None)
     if best == current:
         return None
-    saving = {"bytes_unused_at_batch_size": max(0.0, usable - predicted_now),
-              "steps_fraction": 1 - current / best}  # fewer optimizer steps per epoch at the larger batch
+    saving = {"unused_bytes": max(0.0, usable - predicted_now),
+              "optimizer_steps_fraction": 1 - current / best}  # fewer steps per epoch at the larger batch
     return BatchSizeAdvice(
         f"Batch size up to {best} fits (now {current})",
         f"{formula}; {best} keeps {margin:.0%} of {where} free; a larger batch may need a retuned learning rate",
