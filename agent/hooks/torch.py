@@ -1,4 +1,5 @@
-"""PyTorch instrumentation: steps, allocator peaks, per-module timing, allocator trace, OOM.
+"""PyTorch instrumentation: steps, allocator peaks, per-module timing, allocator and profiler traces, OOM, and what
+right-sizing needs (batch size, model, optimizer, precision).
 
 Installed with no change to the user's script by the `sitecustomize` that `fleetprof run` puts on the
 child's path (see `agent.hooks.env.child_env`), once the script imports torch; or explicitly:
@@ -75,7 +76,9 @@ class Profiler:
 
     It keeps the step boundary rule and hands each concern to a collaborator: the model (`ModelDiscovery`),
     memory peaks (`memory.step_memory`), device time (`DeviceTimer`), per-module timing (`LayerSampler`), the
-    allocator trace (`AllocTracer`), the events' common fields (`EventFactory`) and sending (`EventSender`).
+    allocator trace (`AllocTracer`), the profiler trace (`ProfileTracer`), what right-sizing needs (batch size,
+    model, optimizer, precision: `FrameworkInfo`), the events' common fields (`EventFactory`) and sending
+    (`EventSender`).
     """
 
     def __init__(self, *, job_id: str, sender: EventSender, level: str = "default", layer_every: int = 50,
