@@ -43,7 +43,12 @@ class AgentSettings(ClientSettings):
     # `hooks_layer_every`-th step) | "layers" (per-module timing on every step: more detail, more overhead)
     hooks_level: str = "default"
     hooks_layer_every: int = 100  # per-module timing every N-th step at hooks level "default"
-    hooks_alloc_trace_steps: int = 0  # CUDA allocator trace of steps 1..N, uploaded as a snapshot; 0 = off
+    # Set by `fleetprof run --trace-allocator N` for the hooks: CUDA allocator trace of steps 1..N, uploaded as a
+    # snapshot; 0 = off
+    hooks_alloc_trace_steps: int = 0
+    # Set by `fleetprof run --profile N` for the hooks: torch.profiler (Kineto) trace of steps 1..N, uploaded and
+    # analyzed; 0 = off
+    hooks_profile_steps: int = 0
     # Inside a Slurm allocation (Slurm's own variable, not ours): `fleetprof run` takes slurm:<id> as its job id.
     slurm_job_id: str | None = Field(default=None, validation_alias=AliasChoices("SLURM_JOB_ID", "slurm_job_id"))
     # `fleetprof slurm epilog`: the token its summary reads the report with (a scheduler token: agent tokens write

@@ -44,6 +44,14 @@ _OOM_OVERLAP = 64  # bytes kept from the previous chunk so a message split acros
 
 
 @dataclass(frozen=True)
+class HookTraces:
+    """Traces the hooks record on request (`fleetprof run --trace-allocator / --profile`): steps 1..N; 0 = off."""
+
+    alloc_trace_steps: int = 0
+    profile_steps: int = 0
+
+
+@dataclass(frozen=True)
 class JobOutcome:
     exit_code: int  # the status `fleetprof run` exits with
     state: str  # finished | failed | killed | oom
@@ -135,12 +143,15 @@ class JobRunner:
                 log.warning("could not update the job: %s", exc)
             return False
 
-    def child_environment(self, job_id: str, hooks: bool) -> dict[str, str]:
+    def child_environment(self, job_id: str, hooks: bool, traces: HookTraces | None = None) -> dict[str, str]:
         env = dict(self.environ)
         level = self.settings.hooks_level if hooks else "off"
         if self._child_env is not None:
+            extra: dict[str, int] = {}
+            if traces is not None and hooks:
+                extra = {"alloc_trace_steps": traces.alloc_trace_steps, "profile_steps": traces.profile_steps}
             env.update(self._child_env(job_id=job_id, server_url=self.settings.server_url,
-                                       token=self.settings.token, level=level))
+                                       token=self.settings.token, level=level, **extra))
         else:
             if hooks:
                 log.warning("the framework hooks are not installed (agent.hooks.child_env missing): "
@@ -150,16 +161,18 @@ class JobRunner:
         return env
 
     def run(self, command: Sequence[str], *, job_id: str, team: str | None = None, name: str | None = None,
-            hooks: bool = True) -> JobOutcome:
+            hooks: bool = True, batch_size: int | None = None, traces: HookTraces | None = None) -> JobOutcome:
         cuda = self.environ.get("CUDA_VISIBLE_DEVICES")
         job: dict[str, Any] = {
             "job_id": job_id, "team": team, "name": name or os.path.basename(command[0]),
             "command": shlex.join(command), "host": socket.gethostname(), "user": _user(),
             "state": "running", "started_at": time.time(), "gpu_uuids": gpus_from_cuda_visible_devices(cuda),
             "cuda_visible_devices": cuda, "framework": "pytorch" if hooks and self._child_env else None,
+            # --batch-size: the job's own word, which the hooks' reading does not replace (server.jobs.framework_info)
+            "batch_size": batch_size, "metadata": {"batch_size_source": "flag"} if batch_size is not None else None,
         }
         self._post(job)
-        env = self.child_environment(job_id, hooks)
+        env = self.child_environment(job_id, hooks, traces)
         result = self._spawn(command, env)
         self._post({**job, "state": result.state, "ended_at": time.time(), "exit_code": result.exit_code})
         if self.transport is not None:

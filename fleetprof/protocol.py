@@ -89,6 +89,11 @@ SAMPLE_FIELDS: tuple[tuple[str, type], ...] = (
     ("ecc_corrected_total", int),
     ("ecc_uncorrected_total", int),
     ("xid_last", int),
+    # The power limit the driver enforces now (W) and the application clocks (MHz) the GPU runs kernels at:
+    # every sample carries them, so a job's power cap is known even when it changed under it (nvidia-smi -pl).
+    ("power_limit_w", float),
+    ("app_sm_clock_mhz", float),
+    ("app_mem_clock_mhz", float),
 )
 SAMPLE_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in SAMPLE_FIELDS)
 PCT_FIELDS = frozenset({"gpu_util_pct", "mem_util_pct"})
@@ -121,6 +126,9 @@ class SampleColumns(_Strict):
     ecc_corrected_total: list[OptNonNegInt] | None = None
     ecc_uncorrected_total: list[OptNonNegInt] | None = None
     xid_last: list[OptNonNegInt] | None = None
+    power_limit_w: list[OptNonNegFloat] | None = None
+    app_sm_clock_mhz: list[OptNonNegFloat] | None = None
+    app_mem_clock_mhz: list[OptNonNegFloat] | None = None
 
     @model_validator(mode="after")
     def _same_length(self) -> SampleColumns:
@@ -231,8 +239,32 @@ class OomEvent(_EventBase):
     requested_bytes: NonNegInt | None = None
 
 
+class FrameworkInfoEvent(_EventBase):
+    """What right-sizing decisions need from inside the training process, sent by the hooks after the first steps
+    and again when it changes; the latest one counts. Every field may be unknown (null)."""
+
+    kind: Literal["framework_info"]
+    # The batch size the job trains at, and where it was read: "dataloader" (a DataLoader's batch_size that
+    # matches the steps' inputs, or the only one seen), "forward_input" (the commonest leading dimension of the
+    # model's first input over the steps).
+    batch_size: Annotated[int, Strict(), Field(ge=1)] | None = None
+    batch_size_source: Literal["dataloader", "forward_input"] | None = None
+    model_class: Annotated[str, Field(max_length=500)] | None = None  # module.qualname of the top module
+    parameter_count: NonNegInt | None = None
+    optimizers: list[Annotated[str, Field(max_length=200)]] | None = Field(default=None, max_length=20)
+    # The compute dtype: the autocast dtype when autocast was on in a forward ("autocast"), else the dtype of
+    # the model's parameters ("parameters").
+    precision: Annotated[str, Field(max_length=50)] | None = None
+    precision_source: Literal["autocast", "parameters"] | None = None
+    device: Annotated[str, Field(max_length=50)] | None = None  # "cuda:0", "cpu"
+    # What the memory figures are measured against: the CUDA device's total memory, or the host's physical
+    # memory on a CPU-only run ("host_memory"), whose process RSS is the memory signal there.
+    device_memory_total_bytes: NonNegInt | None = None
+    device_memory_source: Literal["cuda_device", "host_memory"] | None = None
+
+
 Event = Annotated[
-    JobStartEvent | JobEndEvent | StepEvent | LayerEvent | OomEvent, Field(discriminator="kind")
+    JobStartEvent | JobEndEvent | StepEvent | LayerEvent | OomEvent | FrameworkInfoEvent, Field(discriminator="kind")
 ]
 
 

@@ -52,6 +52,11 @@ class GpuReport(Section):
     samples: int
     first_ts: float | None = Field(description="epoch s")
     last_ts: float | None = Field(description="epoch s")
+    power_limit_w: float | None = Field(None, description="the enforced power limit for most of the job's samples "
+                                                          "(NVML nvmlDeviceGetEnforcedPowerLimit)")
+    power_limit_changed: bool | None = Field(None, description="whether the limit changed during the job")
+    app_sm_clock_mhz: float | None = Field(None, description="application SM clock (nvmlDeviceGetApplicationsClock)")
+    app_mem_clock_mhz: float | None = Field(None, description="application memory clock")
 
 
 # ------------------------------------------------------------------------------------------------------ memory
@@ -198,6 +203,29 @@ class EnergySection(Section):
     price_per_kwh_usd: float
 
 
+# ------------------------------------------------------------------------------------------------- framework
+class FrameworkSection(Section):
+    """What the framework hooks read inside the training process (`fleetprof run`, no code change); null: unknown."""
+
+    batch_size_observed: int | None = Field(description="the hooks' reading (the job's batch_size may be registered)")
+    batch_size_observed_source: str | None = Field(
+        description="dataloader (a DataLoader's batch_size matching the inputs) or forward_input (commonest leading "
+                    "dimension of the model's first input)")
+    batch_size_source: str | None = Field(
+        description="where the report's batch_size came from: registered (POST /jobs, fleetprof run --batch-size) "
+                    "or hooks:<how>")
+    model_class: str | None = Field(description="module.qualname of the model (the top module with most parameters)")
+    parameter_count: int | None
+    optimizers: list[str] | None = Field(description="optimizer class names, in the order they first stepped")
+    precision: str | None = Field(description="compute dtype: autocast's when autocast was on, else the parameters'")
+    precision_source: str | None = Field(description="autocast or parameters")
+    device: str | None
+    device_memory_total_bytes: int | None = Field(
+        description="what the memory figures are measured against: the CUDA device's memory, or on a CPU-only run "
+                    "the host's physical memory (the memory signal there is the process RSS)")
+    device_memory_source: str | None = Field(description="cuda_device or host_memory")
+
+
 # ------------------------------------------------------------------------------------------ recommendations
 class Recommendation(Section):
     kind: str = Field(description="gpu_type, gpu_count, batch_size, power_cap, memory, ...")
@@ -274,3 +302,5 @@ class JobReport(Section):
     health: HealthSection | None = Field(None, description="throttling, XID, ECC findings; null: not analyzed")
     traces: TracesSection | None = Field(None, description="uploaded traces; null before any upload was merged")
     optimization: Json | None = Field(None, description="OPEN: offset/swap plans and fragmentation findings")
+    framework: FrameworkSection | None = Field(None, description="the hooks' reading of the training process; "
+                                                                 "null: no hooks")

@@ -1,4 +1,5 @@
-"""`fleetprof run [--job-id ID] [--team T] [--name N] [--no-hooks] [--format table|json] -- CMD ...`.
+"""`fleetprof run [--job-id ID] [--team T] [--name N] [--batch-size N] [--trace-allocator STEPS] [--profile STEPS]
+[--no-hooks] [--format table|json] -- CMD ...`.
 
 Ends with a summary of the job on stderr (agent.run_summary): a table, or with `--format json` one line of JSON
 (stderr too: stdout is the job's own). None when the server cannot be reached.
@@ -12,7 +13,7 @@ import logging
 import sys
 
 from agent.config import AgentSettings, load_settings
-from agent.run import JobOutcome, JobRunner, default_job_id
+from agent.run import HookTraces, JobOutcome, JobRunner, default_job_id
 from agent.run_summary import fetch_summary, summary_text
 from fleetprof.client import Client
 from fleetprof.commands.common import checked_job_id
@@ -26,9 +27,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team", help="team that owns the job (default: FLEETPROF_TEAM)")
     parser.add_argument("--name", help="a human name for the job (default: the program's name)")
     parser.add_argument("--no-hooks", action="store_true", help="do not turn on the PyTorch hooks")
+    parser.add_argument("--batch-size", type=_positive_int, metavar="N",
+                        help="the job's batch size, recorded as the job's own (default: what the hooks read: the "
+                             "DataLoader's batch_size, or the leading dimension of the model's first input)")
+    parser.add_argument("--trace-allocator", type=_positive_int, metavar="STEPS",
+                        help="record the CUDA caching allocator's events over steps 1..STEPS and upload them as a "
+                             "memory snapshot (CUDA only: a CPU-only run says so in one line and goes on)")
+    parser.add_argument("--profile", type=_positive_int, metavar="STEPS",
+                        help="record a torch.profiler (Kineto) trace of steps 1..STEPS, upload it to the job and "
+                             "analyze it (time breakdown, kernels, optimization plans)")
     add_format_argument(parser, help="the summary printed on stderr when the job ends: table (default) or json "
                                      "(one line; stdout is the job's own)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise CliError("nothing to run: fleetprof run [options] -- CMD ...")
+    if args.no_hooks and (args.trace_allocator or args.profile):
+        raise CliError("--trace-allocator and --profile are recorded by the hooks: drop --no-hooks")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("fleetprof run: %(levelname)s: %(message)s"))
     log = logging.getLogger("agent")
@@ -50,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if args.job_id is None:
         print(f"fleetprof run: job id {job_id}", file=sys.stderr)
     result = JobRunner(settings).run(command, job_id=job_id, team=settings.team, name=args.name,
-                                     hooks=not args.no_hooks)
+                                     hooks=not args.no_hooks, batch_size=args.batch_size,
+                                     traces=HookTraces(alloc_trace_steps=args.trace_allocator or 0,
+                                                       profile_steps=args.profile or 0))
     if result.state != "finished":
         print(f"fleetprof run: job {job_id} {result.state} (exit status {result.exit_code})", file=sys.stderr)
     _print_summary(settings, job_id, result, args.format)

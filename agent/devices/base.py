@@ -88,6 +88,9 @@ class GpuReading:
     nvlink_rx_kib_per_s: float | None = None
     ecc_corrected_total: int | None = None
     ecc_uncorrected_total: int | None = None
+    power_limit_mw: int | None = None  # enforced now (nvmlDeviceGetEnforcedPowerLimit)
+    app_sm_clock_mhz: float | None = None  # application clocks (nvmlDeviceGetApplicationsClock)
+    app_mem_clock_mhz: float | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ class FakeGpu:
     temperature_c: int = 55
     sm_clock_mhz: int = 1980
     mem_clock_mhz: int = 2619
+    app_sm_clock_mhz: int = 1755
+    app_mem_clock_mhz: int = 2619
     throttle_reasons: int = 0
     pcie_tx_kib_per_s: int = 1000
     pcie_rx_kib_per_s: int = 2000
@@ -265,6 +267,10 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h: _Handle, clock: int) -> int:
         g = self._check("nvmlDeviceGetClockInfo", h)
         return g.sm_clock_mhz if clock == _real.NVML_CLOCK_SM else g.mem_clock_mhz
+
+    def nvmlDeviceGetApplicationsClock(self, h: _Handle, clock: int) -> int:
+        g = self._check("nvmlDeviceGetApplicationsClock", h)
+        return g.app_sm_clock_mhz if clock == _real.NVML_CLOCK_SM else g.app_mem_clock_mhz
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
         return self._check("nvmlDeviceGetCurrentClocksEventReasons", h).throttle_reasons

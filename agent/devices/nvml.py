@@ -377,6 +377,12 @@ class NvmlDevices(Devices):
         rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
         r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
         r.pcie_rx_kib_per_s = float(rx) if rx is not None else None
+        if self._ids[slot].mig_parent_uuid is None:  # a MIG device has no power limit or clocks of its own
+            r.power_limit_mw = g(slot, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            app_sm = g(slot, "app_sm_clock", nvml.nvmlDeviceGetApplicationsClock, h, nvml.NVML_CLOCK_SM)
+            r.app_sm_clock_mhz = float(app_sm) if app_sm is not None else None
+            app_mem = g(slot, "app_mem_clock", nvml.nvmlDeviceGetApplicationsClock, h, nvml.NVML_CLOCK_MEM)
+            r.app_mem_clock_mhz = float(app_mem) if app_mem is not None else None
         return r
 
     def _read_fields(self, slot: int, r: GpuReading) -> None:

@@ -116,6 +116,10 @@ class ReplayDevices(Devices):
             x = v.get(name)
             return None if x is None else int(x)
 
+        def whole_scaled(name: str, scale: float) -> int | None:
+            x = num(name, scale)
+            return None if x is None else int(x)
+
         energy = v.get("energy_counter_j")
         if energy is not None:
             energy = energy + loops * self._energy_per_loop_j.get(self._ids[slot].uuid, 0.0)
@@ -132,6 +136,8 @@ class ReplayDevices(Devices):
             nvlink_tx_kib_per_s=num("nvlink_tx_bytes_per_s", 1 / _BYTES_PER_KIB),
             nvlink_rx_kib_per_s=num("nvlink_rx_bytes_per_s", 1 / _BYTES_PER_KIB),
             ecc_corrected_total=whole("ecc_corrected_total"), ecc_uncorrected_total=whole("ecc_uncorrected_total"),
+            power_limit_mw=whole_scaled("power_limit_w", _W_TO_MW), app_sm_clock_mhz=num("app_sm_clock_mhz"),
+            app_mem_clock_mhz=num("app_mem_clock_mhz"),
         )
 
     def processes(self, slot: int) -> list[GpuProcess]:

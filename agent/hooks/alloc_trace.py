@@ -30,7 +30,8 @@ class AllocTracer:
             return
         if steps_done == 1:
             if not cuda:
-                log.info("fleetprof hooks: allocator trace needs CUDA; skipped on this CPU-only run")
+                log.warning("fleetprof hooks: --trace-allocator is CUDA-only; this run is CPU-only, no allocator "
+                            "trace (the run goes on)")
                 return
             self._torch.cuda.memory._record_memory_history(max_entries=MAX_ENTRIES)
             self.active = True

@@ -13,7 +13,7 @@ LEVELS = ("off", "default", "layers")
 
 
 def child_env(*, job_id: str, server_url: str | None, token: str | None, level: str = "default",
-              pythonpath: str | None = None) -> dict[str, str]:
+              pythonpath: str | None = None, alloc_trace_steps: int = 0, profile_steps: int = 0) -> dict[str, str]:
     """Variables to add to the child's environment (merge over the parent's: `{**os.environ, **child_env(...)}`).
 
     `pythonpath` is the PYTHONPATH the child would otherwise get; by default the parent's own, so that the
@@ -22,6 +22,10 @@ def child_env(*, job_id: str, server_url: str | None, token: str | None, level: 
     if level not in LEVELS:
         raise ValueError(f"hooks level {level!r} is not one of {LEVELS}")
     env = {"FLEETPROF_JOB_ID": job_id, "FLEETPROF_HOOKS_LEVEL": level}
+    if alloc_trace_steps:
+        env["FLEETPROF_HOOKS_ALLOC_TRACE_STEPS"] = str(alloc_trace_steps)
+    if profile_steps:
+        env["FLEETPROF_HOOKS_PROFILE_STEPS"] = str(profile_steps)
     if server_url:
         env["FLEETPROF_SERVER_URL"] = server_url
     if token:

@@ -1,4 +1,5 @@
-"""PyTorch instrumentation: steps, allocator peaks, per-module timing, allocator trace, OOM.
+"""PyTorch instrumentation: steps, allocator peaks, per-module timing, allocator and profiler traces, OOM, and what
+right-sizing needs (batch size, model, optimizer, precision).
 
 Installed with no change to the user's script by the `sitecustomize` that `fleetprof run` puts on the
 child's path (see `agent.hooks.env.child_env`), once the script imports torch; or explicitly:
@@ -49,8 +50,10 @@ from agent.hooks.alloc_trace import AllocTracer
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
 from agent.hooks.events import EventFactory
+from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, step_memory
+from agent.hooks.profile_trace import ProfileTracer
 from agent.hooks.sender import EventSender
 from fleetprof.client import Client
 
@@ -73,11 +76,13 @@ class Profiler:
 
     It keeps the step boundary rule and hands each concern to a collaborator: the model (`ModelDiscovery`),
     memory peaks (`memory.step_memory`), device time (`DeviceTimer`), per-module timing (`LayerSampler`), the
-    allocator trace (`AllocTracer`), the events' common fields (`EventFactory`) and sending (`EventSender`).
+    allocator trace (`AllocTracer`), the profiler trace (`ProfileTracer`), what right-sizing needs (batch size,
+    model, optimizer, precision: `FrameworkInfo`), the events' common fields (`EventFactory`) and sending
+    (`EventSender`).
     """
 
     def __init__(self, *, job_id: str, sender: EventSender, level: str = "default", layer_every: int = 50,
-                 alloc_trace_steps: int = 0, rss: RssPeak | None = None,
+                 alloc_trace_steps: int = 0, profile_steps: int = 0, rss: RssPeak | None = None,
                  clock: Callable[[], float] = time.time, perf: Callable[[], float] = time.perf_counter):
         if level not in LEVELS:
             raise ValueError(f"hooks level {level!r} is not one of {LEVELS}")
@@ -109,6 +114,9 @@ class Profiler:
         self._device_time = DeviceTimer(torch, sender.put)
         self._sampler = LayerSampler(torch, on_error=self._fail)
         self._alloc_trace = AllocTracer(torch, sender, job_id=job_id, steps=alloc_trace_steps)
+        self._profile_trace = ProfileTracer(torch, sender, job_id=job_id, steps=profile_steps)
+        self._info = FrameworkInfo(torch)
+        self._info_sent: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ install / teardown
 
@@ -119,6 +127,10 @@ class Profiler:
         self.enabled = True
         self._opt_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
         self._discovery.start()
+        try:
+            self._info.patch_dataloader()
+        except Exception as exc:  # an unusual torch build: the batch size then comes from the inputs alone
+            log.info("fleetprof hooks: DataLoader batch_size not watched: %r", exc)
         if process_hooks:
             atexit.register(self.close)
             _chain_excepthook(self)
@@ -137,6 +149,14 @@ class Profiler:
         self._device_time.drain(final=True)
         if self._alloc_trace.active:
             self._alloc_trace.stop(upload=False, rank=self._events.rank)
+        if self._profile_trace.active:
+            self._profile_trace.stop(upload=False, rank=self._events.rank)
+        if self.enabled and self.steps_done:
+            try:
+                self._send_info()
+            except Exception as exc:
+                self._fail(exc)
+        self._info.unpatch_dataloader()
         self.enabled = False
         self.sender.close(timeout_s)
 
@@ -196,7 +216,10 @@ class Profiler:
             if self._failed:
                 self._cleanup_after_failure()
                 return
-            if not self.enabled or self._explicit:
+            if not self.enabled:
+                return
+            self._info.note_optimizer(optimizer)
+            if self._explicit:
                 return
             lead = self._lead_opt() if self._lead_opt is not None else None
             if lead is None:
@@ -213,6 +236,8 @@ class Profiler:
             self._remove_module_hooks()
             if self._alloc_trace.active:
                 self._alloc_trace.stop(upload=False, rank=self._events.rank)
+            if self._profile_trace.active:
+                self._profile_trace.stop(upload=False, rank=self._events.rank)
 
     def _boundary(self) -> None:
         if self._step_start is None:
@@ -233,6 +258,7 @@ class Profiler:
         self._device_time.drain(final=False)
 
         # prepare the next step
+        self._info.note_step_samples(self._samples)
         self.steps_done += 1
         self._samples = None
         self._forwards = 0
@@ -247,6 +273,9 @@ class Profiler:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
         self._alloc_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
+        self._profile_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
+        if self.steps_done & (self.steps_done - 1) == 0:  # steps 1, 2, 4, 8, ...: sent when it changed
+            self._send_info(cuda=cuda)
 
         # The step ends after our own bookkeeping: the user's clock around optimizer.step() counts it too,
         # so the hooks' cost lands in the step that paid it rather than in the next one.
@@ -254,6 +283,15 @@ class Profiler:
         ev["wall_s"] = max(0.0, now - self._step_start)
         self._step_start = now
         self._device_time.send(ev, start_ev, end_ev)
+
+    def _send_info(self, *, cuda: bool | None = None) -> None:
+        """The `framework_info` event, when its fields differ from the last one sent."""
+        fields = self._info.info(cuda=torch.cuda.is_initialized() if cuda is None else cuda)
+        if fields != self._info_sent:
+            self._info_sent = fields
+            ev = self._events.base("framework_info")
+            ev.update({k: v for k, v in fields.items() if v is not None})
+            self.sender.put(ev)
 
     def _is_sampled(self, step: int) -> bool:
         """Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery)."""
@@ -263,6 +301,7 @@ class Profiler:
 
     def _on_model(self, model: Any) -> None:
         self._model = weakref.ref(model)
+        self._info.note_model(model)
         self._handles.append(model.register_forward_pre_hook(self._model_pre, with_kwargs=True))
 
     def _model_pre(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -279,6 +318,7 @@ class Profiler:
             self._device_time.first_forward()
         if self._samples is None:
             self._samples = batch_size_of(args, kwargs)
+            self._info.note_forward()
 
 
 # ---------------------------------------------------------------------- helpers
@@ -336,7 +376,8 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         transport = transport or Client(settings.server_url or "", settings.token, timeout_s=5.0)
         prof = Profiler(job_id=settings.job_id, sender=EventSender(transport), level=level,
                         layer_every=1 if level == "layers" else settings.hooks_layer_every,
-                        alloc_trace_steps=settings.hooks_alloc_trace_steps)
+                        alloc_trace_steps=settings.hooks_alloc_trace_steps,
+                        profile_steps=settings.hooks_profile_steps)
         # A multiprocessing child (DataLoader spawn worker, mp.spawn rank) announces itself only if it
         # takes a step, so idle workers stay silent.
         import multiprocessing

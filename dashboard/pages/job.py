@@ -288,17 +288,38 @@ def layers_section(report: dict[str, Any]) -> html.Section:
                          rows, id="job-layers", empty="no per-layer data: the job ran without framework hooks"))
 
 
+def framework_section(report: dict[str, Any]) -> html.Section | None:
+    """What the hooks read inside the training process (batch size, model, optimizer, precision); None without hooks."""
+    from dashboard import format as fmt
+    from dashboard.components import section, table
+
+    fw = report.get("framework")
+    if not fw:
+        return None
+    batch = (f"{fmt.count(report.get('batch_size'))} ({fmt.text(fw.get('batch_size_source'))}; hooks read "
+             f"{fmt.count(fw.get('batch_size_observed'))} from {fmt.text(fw.get('batch_size_observed_source'))})")
+    precision = f"{fmt.text(fw.get('precision'))} ({fmt.text(fw.get('precision_source'))})"
+    device = f"{fmt.text(fw.get('device'))}: {fmt.gib(fw.get('device_memory_total_bytes'))} " \
+             f"({fmt.text(fw.get('device_memory_source'))})"
+    rows = [[batch, fmt.text(fw.get("model_class")), fmt.count(fw.get("parameter_count"), "parameters"),
+             ", ".join(fw.get("optimizers") or []) or fmt.UNKNOWN, precision, device]]
+    return section("Training process (framework hooks)",
+                   table(["batch size (source)", "model", "parameters", "optimizers", "precision", "device memory"],
+                         rows, id="job-framework"))
+
+
 def gpus_section(report: dict[str, Any]) -> html.Section:
     from dashboard import format as fmt
     from dashboard.components import section, table
 
     rows = [[g.get("uuid"), fmt.text(g.get("name")), fmt.gib(g.get("memory_total_bytes")),
              fmt.gib(g.get("peak_used_bytes")), fmt.gib(g.get("headroom_bytes")), fmt.pct(g.get("gpu_util_mean_pct")),
-             fmt.watts(g.get("mean_power_w")),
+             fmt.watts(g.get("mean_power_w")), fmt.watts(g.get("power_limit_w")),
              f"{fmt.energy(g.get('energy_j'))} ({fmt.energy_source(g.get('energy_source'))})",
              fmt.count(g.get("samples"))] for g in report.get("gpus") or []]
     return section("GPUs (NVML)", table(["uuid", "model", "capacity", "peak used", "headroom", "mean util",
-                                         "mean power", "energy (source)", "samples"], rows, id="job-gpus"))
+                                         "mean power", "power limit", "energy (source)", "samples"], rows,
+                                        id="job-gpus"))
 
 
 def processes_section(report: dict[str, Any]) -> html.Section:
@@ -385,7 +406,8 @@ def register_callbacks(app: dash.Dash) -> None:
             return error_box(failed, id="job-error"), [], job_id, figures.empty_figure("not available")
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
-                   optimization_section(report), layers_section(report), gpus_section(report),
+                   optimization_section(report), framework_section(report), layers_section(report),
+                   gpus_section(report),
                    processes_section(report), sources_section(report)]
         title = [job_id, html.Span(f" · {text(job.get('name'))}", className="muted")] if job.get("name") else job_id
         layers = figures.layer_time_bars((report.get("time") or {}).get("layers") or [])

@@ -8,15 +8,17 @@ says where each headline figure came from, because NVML and the framework hooks 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 import numpy as np
 
-from fleetprof.report import GpuReport, JobReport, Recommendation, Sources, UtilizationSection
+from fleetprof.report import FrameworkSection, GpuReport, JobReport, Recommendation, Sources, UtilizationSection
 from server.analysis import energy as energy_mod
 from server.analysis import memory, rightsizing, timing
 from server.analysis.jobdata import GpuSeries, JobData, jsonable
+from server.analysis.power_limit import gpu_setting
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +111,34 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     view: dict[str, Any] = {**head, "gpus": [g.model_dump() for g in gpus],
                             **{k: v.model_dump() for k, v in sections.items()}}
     view["rightsizing_inputs"] = jsonable(rightsizing.inputs_from_report(view, job))
+    fw_section = framework_section(job.framework)
+    framework: dict[str, Any] = {} if fw_section is None else {"framework": fw_section}  # unset without hooks
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
-                     sources=Sources.model_validate(sources),
+                     sources=Sources.model_validate(sources), **framework,
                      rightsizing_inputs=view["rightsizing_inputs"],
                      recommendations=[Recommendation.model_validate(r)
                                       for r in jsonable(rightsizing.job_recommendations(view))])
 
 
+def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:
+    """The hooks' framework_info as the report's `framework` section (JobData.framework)."""
+    if info is None:
+        return None
+    return FrameworkSection(
+        batch_size_observed=info.get("batch_size"), batch_size_observed_source=info.get("batch_size_source"),
+        batch_size_source=info.get("job_batch_size_source"), model_class=info.get("model_class"),
+        parameter_count=info.get("parameter_count"), optimizers=info.get("optimizers"),
+        precision=info.get("precision"), precision_source=info.get("precision_source"), device=info.get("device"),
+        device_memory_total_bytes=info.get("device_memory_total_bytes"),
+        device_memory_source=info.get("device_memory_source"))
+
+
 def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:
     u = g.column("gpu_util_pct")
-    return GpuReport.model_validate(jsonable({
+    setting = gpu_setting(g)
+    # Left out (unset) when the samples do not carry them (agents before protocol field power_limit_w).
+    settings = {k: v for k, v in dataclasses.asdict(setting).items() if v is not None}
+    return GpuReport.model_validate(jsonable({**settings,
         "uuid": g.uuid, "name": g.name, "memory_total_bytes": m.memory_total_bytes,
         "peak_used_bytes": m.peak_used_bytes, "headroom_bytes": m.headroom_bytes,
         "peak_used_fraction": m.peak_used_fraction,

@@ -105,6 +105,8 @@ class JobData:
     trace_summaries: list[dict[str, Any]] = field(default_factory=list)  # Kineto imports, passed through
     processes: list[ProcessPeak] = field(default_factory=list)  # every process seen on the job's GPUs
     energy_settings: EnergySettings = field(default_factory=EnergySettings)
+    # The hooks' framework_info (model, optimizer, precision, device memory) and where batch_size came from.
+    framework: dict[str, Any] | None = None
 
 
 def empty_steps() -> StepSeries:

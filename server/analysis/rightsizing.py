@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from server.analysis.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
 from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
+from server.analysis.power_limit import job_power_limit_w
 
 if TYPE_CHECKING:
     from server.analysis.jobdata import JobData
 
-SAFETY_MARGIN_FRACTION = 0.15  # VPA's default safety margin
 TARGET_PERCENTILE = 95.0
 OOM_BUMP_FRACTION = 0.2  # VPA: memory × 1.2 after an OOM ...
 OOM_MIN_BUMP_BYTES = 100 * 2**20  # ... and at least +100 MiB
@@ -100,41 +101,6 @@ def smallest_fitting_gpu(required_bytes: float, catalog: Sequence[GpuModel] | No
     return min(fits, key=lambda m: (m.memory_bytes, m.price_per_hour_usd or math.inf))
 
 
-# ---------------------------------------------------------------- batch size
-
-
-@dataclass
-class BatchFit:
-    fixed_bytes: float  # a: weights, optimizer state, context
-    per_sample_bytes: float  # b: activations per sample
-    r2: float | None
-    runs: int
-
-
-def fit_batch_memory(history: Sequence[tuple[int, float]]) -> BatchFit | None:
-    """Least-squares memory ≈ a + b·batch over runs at different batch sizes; None with < 2 sizes or b ≤ 0."""
-    pts = [(float(b), float(m)) for b, m in history if b and m is not None and not math.isnan(m)]
-    if len({b for b, _ in pts}) < 2:
-        return None
-    x = np.array([b for b, _ in pts])
-    y = np.array([m for _, m in pts])
-    b, a = np.polyfit(x, y, 1)
-    if b <= 0:
-        return None
-    resid = y - (a + b * x)
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else None
-    return BatchFit(float(a), float(b), r2, len(pts))
-
-
-def max_batch_size(fit: BatchFit, capacity_bytes: float, *, margin: float = SAFETY_MARGIN_FRACTION) -> int | None:
-    """Largest batch whose predicted memory stays under capacity less the safety margin."""
-    usable = capacity_bytes * (1 - margin) - fit.fixed_bytes
-    if usable <= 0:
-        return None
-    return int(usable // fit.per_sample_bytes)
-
-
 # ---------------------------------------------------------------- power cap
 
 
@@ -201,19 +167,32 @@ def inputs_from_report(report: Mapping[str, Any], job: JobData) -> dict[str, Any
         "step_time_s": (t.get("step_time_s") or {}).get("mean"),
         "energy_j": report["energy"].get("energy_j"),
         "energy_per_step_j": report["energy"].get("energy_per_step_j"),
-        # Not in the telemetry yet: the server fills it from the GPU info (power_limit_w) when known.
-        "power_limit_w": None,
+        # The limit the samples carried (the mode over the job's GPUs); None when they did not carry one.
+        "power_limit_w": job_power_limit_w(job.gpus),
+        **framework_inputs(job),
     }
+
+
+def framework_inputs(job: JobData) -> dict[str, Any]:
+    """What the hooks read (batch-size right-sizing's one-run estimate and capacity); {} for a job without hooks."""
+    fw = job.framework
+    if fw is None:
+        return {}
+    keys = ("model_class", "parameter_count", "optimizers", "precision", "precision_source",
+            "device_memory_total_bytes", "device_memory_source")
+    return {**{k: fw.get(k) for k in keys}, "batch_size_source": fw.get("job_batch_size_source"),
+            "memory_signal": job.steps.memory_source if job.steps is not None else None}
 
 
 def _inputs(item: Mapping[str, Any]) -> Mapping[str, Any]:
     return item.get("rightsizing_inputs", item)
 
 
-def rightsize(history: Sequence[Mapping[str, Any]], *,
-              catalog: Sequence[GpuModel] | None = None) -> dict[str, Any]:
+def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuModel] | None = None,
+              explain_missing: bool = True) -> dict[str, Any]:
     """Recommendations from the runs of one job or recurring job name (reports or their
-    `rightsizing_inputs`), newest last."""
+    `rightsizing_inputs`), newest last. `explain_missing`: a recommendation that cannot be made yet says what it
+    needs (off for a job's own report, which shows what can be done)."""
     runs = [_inputs(h) for h in history]
     recs: list[dict[str, Any]] = []
     out: dict[str, Any] = {"runs": len(runs), "memory": None, "recommendations": recs}
@@ -244,14 +223,14 @@ def rightsize(history: Sequence[Mapping[str, Any]], *,
         }
         recs.extend(_gpu_type_recs(target, last, catalog))
     recs.extend(_gpu_count_recs(last))
-    recs.extend(_batch_recs(runs, catalog))
+    recs.extend(_batch_recs(runs, catalog, explain_missing=explain_missing))
     recs.append(_power_cap_rec(runs))
     return out
 
 
 def job_recommendations(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Recommendations for one job from its own run alone (the report's `recommendations[]`)."""
-    recs = rightsize([report])["recommendations"]
+    recs = rightsize([report], explain_missing=False)["recommendations"]
     mem = report.get("memory") or {}
     frac = mem.get("fragmentation_fraction")
     if frac is not None and frac > 0.2 and mem.get("fragmentation_bytes"):
@@ -315,29 +294,12 @@ def _gpu_count_recs(last: Mapping[str, Any]) -> list[dict[str, Any]]:
         {"gpus": n - suggested, "gpu_hours": gh * (n - suggested) / n if gh is not None else None})]
 
 
-def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel]) -> list[dict[str, Any]]:
-    hist = [(r["batch_size"], r.get("peak_reserved_bytes") or r.get("peak_used_bytes")) for r in runs
-            if r.get("batch_size")]
-    fit = fit_batch_memory([(b, m) for b, m in hist if m is not None])
-    last = runs[-1]
-    if fit is None:
+def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel], *,
+                explain_missing: bool = True) -> list[dict[str, Any]]:
+    advice = batch_size_advice(runs, catalog)
+    if advice is None or (advice.saving is None and "missing" in advice.evidence and not explain_missing):
         return []
-    cap = last.get("memory_total_bytes")
-    if cap is None and last.get("gpu_name"):
-        m = find_model(last["gpu_name"], tuple(catalog))
-        cap = m.memory_bytes if m else None
-    if cap is None:
-        return []
-    best = max_batch_size(fit, cap)
-    if best is None or not last.get("batch_size") or best <= last["batch_size"]:
-        return []
-    return [recommendation(
-        "batch_size", f"Batch size up to {best} fits (now {last['batch_size']})",
-        f"memory ≈ {fit.fixed_bytes / 2**30:.2f} GiB + {fit.per_sample_bytes / 2**20:.1f} MiB × batch over "
-        f"{fit.runs} runs; {best} keeps {SAFETY_MARGIN_FRACTION:.0%} of {cap / 2**30:.0f} GiB free",
-        {"fixed_bytes": fit.fixed_bytes, "per_sample_bytes": fit.per_sample_bytes, "r2": fit.r2,
-         "runs": fit.runs, "memory_total_bytes": cap},
-        None)]
+    return [recommendation("batch_size", advice.summary, advice.reason, advice.evidence, advice.saving)]
 
 
 def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

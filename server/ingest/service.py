@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from fleetprof.protocol import (
     SAMPLE_FIELD_NAMES,
     EventBatch,
+    FrameworkInfoEvent,
     JobEndEvent,
     JobStartEvent,
     LayerEvent,
@@ -33,6 +34,7 @@ from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
 from server.jobs import service as job_service
 from server.jobs import unseen
+from server.jobs.framework_info import note_framework_info
 from server.models import (
     TERMINAL_STATES,
     Gpu,
@@ -250,6 +252,8 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
                     ended.append(job.id)
             elif isinstance(ev, OomEvent):
                 job.extra = {**(job.extra or {}), "oom_seen": True}
+            elif isinstance(ev, FrameworkInfoEvent):
+                note_framework_info(job, ev)
     # Steps or layers of a job that has already ended change what its final report and plot views were made of:
     # the job counts as updated, so that both are computed again (server.jobs.sweep.jobs_due) and not served stale.
     fed = {r["job_pk"] for r in step_rows + layer_rows}

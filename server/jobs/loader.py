@@ -20,6 +20,7 @@ from server.auth import policy
 from server.auth.policy import link_window
 from server.config import ServerSettings
 from server.db import epoch_column, float_rows, read_in_parallel
+from server.jobs.framework_info import framework_of
 from server.jobs.plot_series import step_memory_source
 from server.jobs.running_cache import rows_before, running_key, since_last_read
 from server.models import Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, ProcessSample
@@ -166,6 +167,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         steps=_steps_running(session, job, now) if incremental else _load_steps(session, job),
         layers=_load_layers(session, job), layer_step_s=_layer_step_s(session, job), oom_events=int(oom),
         processes=[p for r in process_reads for p in r.result()],
+        framework=framework_of(job),
         # Uploaded traces are merged after characterization (server.analysis.trace_sections).
         trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,

@@ -12,6 +12,7 @@ from server.auth import policy
 from server.auth.service import Principal
 from server.db import dialect_insert
 from server.errors import Forbidden, InvalidInput, NotFound
+from server.jobs.framework_info import BATCH_SIZE_SOURCE_KEY
 from server.jobs.schemas import JobCreate, JobRead
 from server.models import TERMINAL_STATES, Gpu, Job, JobGpu
 from server.models.base import from_epoch, to_epoch, utcnow
@@ -186,6 +187,9 @@ def upsert_job(session: Session, data: JobCreate, *, principal: Principal) -> tu
         extra.pop(END_REASON, None)
     if data.metadata:
         extra.update(data.metadata)
+    if data.batch_size is not None and not (data.metadata or {}).get(BATCH_SIZE_SOURCE_KEY):
+        # registered: the job's own word, which the hooks' reading never replaces
+        extra.pop(BATCH_SIZE_SOURCE_KEY, None)
     if data.cuda_visible_devices is not None:
         extra["cuda_visible_devices"] = data.cuda_visible_devices
     job.extra = extra

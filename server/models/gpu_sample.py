@@ -47,3 +47,6 @@ class GpuSample(Base):
     ecc_corrected_total: Mapped[int | None] = mapped_column(BigInteger)
     ecc_uncorrected_total: Mapped[int | None] = mapped_column(BigInteger)
     xid_last: Mapped[int | None] = mapped_column(BigInteger)
+    power_limit_w: Mapped[float | None] = mapped_column(Float)  # enforced at the sample (migration 0012)
+    app_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    app_mem_clock_mhz: Mapped[float | None] = mapped_column(Float)

@@ -211,3 +211,21 @@ def test_pynvml_is_imported_lazily_and_can_be_patched_whole(monkeypatch: pytest.
     dev.close()
     dev.close()
     assert fake.initialised == 0
+
+
+def test_every_sample_carries_the_enforced_power_limit_and_application_clocks() -> None:
+    """Read at every full reading, not once at start-up: a cap set during the job (nvidia-smi -pl) shows."""
+    fake = make_fake(2)
+    a, b = fake.gpus
+    b.unsupported.add("nvmlDeviceGetApplicationsClock")
+    s = sampler_for(NvmlDevices(fake))
+    s.sample()
+    a.power_limit_mw = 450_000  # capped between two readings
+    a.app_sm_clock_mhz = 1410
+    s.sample()
+    batch = s.make_batch()
+    assert batch is not None and batch.source == "nvml"  # the double stands in for pynvml; the daemon's fake:N
+    c = batch.samples                                        # source labels its batches "test"
+    assert c.power_limit_w == [700.0, 700.0, 450.0, 700.0]  # mW -> W at the edge
+    assert c.app_sm_clock_mhz == [1755.0, None, 1410.0, None]  # unsupported on GPU b: null, the sample stays
+    assert c.app_mem_clock_mhz == [2619.0, None, 2619.0, None]

@@ -6,11 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from server.analysis.batch_sizing import fit_batch_memory, max_batch_size
 from server.analysis.gpu_catalog import load_catalog
 from server.analysis.rightsizing import (
     SAFETY_MARGIN_FRACTION,
-    fit_batch_memory,
-    max_batch_size,
     power_cap_choice,
     rightsize,
     smallest_fitting_gpu,

@@ -39,3 +39,17 @@ def test_a_job_the_server_ended_says_why() -> None:
     lost = str([p.to_plotly_json() for p in summary_section({"state": "lost", "end_reason": reason}, {})])
     assert "job-end-reason" in lost and reason in lost
     assert "job-end-reason" not in str([p.to_plotly_json() for p in summary_section({"state": "finished"}, {})])
+
+
+def test_framework_section_shows_what_the_hooks_read() -> None:
+    from dashboard.pages.job import framework_section
+
+    report = {"batch_size": 64, "framework": {
+        "batch_size_observed": 48, "batch_size_observed_source": "dataloader", "batch_size_source": "flag",
+        "model_class": "__main__.ConvNet", "parameter_count": 7002, "optimizers": ["Adam"], "precision": "bfloat16",
+        "precision_source": "autocast", "device": "cpu", "device_memory_total_bytes": 16 * 2**30,
+        "device_memory_source": "host_memory"}}
+    text = str(framework_section(report).to_plotly_json())  # type: ignore[union-attr]
+    assert "64 (flag; hooks read 48 from dataloader)" in text and "__main__.ConvNet" in text
+    assert "bfloat16 (autocast)" in text and "16.00 GiB (host_memory)" in text and "Adam" in text
+    assert framework_section({"framework": None}) is None

@@ -28,6 +28,8 @@ class Recorder:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     auth: list[str | None] = field(default_factory=list)
+    # gzip uploads (traces): (path with query, the JSON document inside)
+    uploads: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         evs = [e for b in self.bodies for e in b.get("events", [])]
@@ -44,12 +46,17 @@ def recorder() -> Iterator[Recorder]:
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             if self.headers.get("Content-Encoding") == "gzip":
                 raw = gzip.decompress(raw)
-            body = json.loads(raw)
-            with lock:
-                rec.bodies.append(body)
-                rec.paths.append(self.path)
-                rec.auth.append(self.headers.get("Authorization"))
-            reply = json.dumps({"accepted": len(body.get("events", [])), "server_time": time.time()}).encode()
+            if self.headers.get("Content-Type") == "application/gzip":  # a trace upload: kept apart from events
+                with lock:
+                    rec.uploads.append((self.path, json.loads(gzip.decompress(raw))))
+                reply = json.dumps({"created": True}).encode()
+            else:
+                body = json.loads(raw)
+                with lock:
+                    rec.bodies.append(body)
+                    rec.paths.append(self.path)
+                    rec.auth.append(self.headers.get("Authorization"))
+                reply = json.dumps({"accepted": len(body.get("events", [])), "server_time": time.time()}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(reply)))

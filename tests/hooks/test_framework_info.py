@@ -1,0 +1,49 @@
+"""What right-sizing needs, read by the hooks from an unmodified script (tests/hooks/scripts/train_loader.py)."""
+
+from __future__ import annotations
+
+import re
+
+from fleetprof.protocol import EventBatch
+from tests.hooks.conftest import Recorder, run_script
+
+
+def _printed(stdout: str, key: str) -> int:
+    m = re.search(rf"^{key} (\d+)$", stdout, re.M)
+    assert m, stdout
+    return int(m.group(1))
+
+
+def _latest_info(recorder: Recorder) -> dict:
+    infos = recorder.events("framework_info")
+    assert infos, recorder.bodies
+    return infos[-1]
+
+
+def test_batch_size_model_optimizer_precision_from_an_unmodified_script(recorder: Recorder) -> None:
+    # 7 steps at batch 12 over a dataset of 37: the epoch's 4th batch is a short one (1 sample)
+    run = run_script("train_loader.py", "12", "7", server_url=recorder.url)
+    assert run.returncode == 0, run.stderr
+    for body in recorder.bodies:
+        EventBatch.model_validate(body)  # the new event is valid on the wire
+    steps = recorder.events("step")
+    assert 1 in {s["samples"] for s in steps}  # the short batch was seen, and did not win
+    info = _latest_info(recorder)
+    assert info["batch_size"] == _printed(run.stdout, "BATCH") == 12
+    assert info["batch_size_source"] == "dataloader"
+    assert info["parameter_count"] == _printed(run.stdout, "PARAMS")
+    assert info["model_class"] == "__main__.ConvNet"
+    assert info["optimizers"] == ["Adam"]
+    assert info["precision"] == "float32" and info["precision_source"] == "parameters"
+    assert info["device"] == "cpu" and info["device_memory_source"] == "host_memory"
+    assert info["device_memory_total_bytes"] > 0
+    # sent when it changed only: not once per step
+    assert len(recorder.events("framework_info")) < len(steps)
+
+
+def test_autocast_dtype_is_the_precision(recorder: Recorder) -> None:
+    run = run_script("train_loader.py", "8", "3", "--autocast", server_url=recorder.url)
+    assert run.returncode == 0, run.stderr
+    info = _latest_info(recorder)
+    assert info["precision"] == "bfloat16" and info["precision_source"] == "autocast"
+    assert info["batch_size"] == 8
