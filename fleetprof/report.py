@@ -118,6 +118,9 @@ class MemoryBreakdown(Section):
     inputs: BreakdownPart = Field(description="the batch")
     temporaries_and_workspaces: BreakdownPart = Field(description="everything else live: op outputs not saved, "
                                                                   "optimizer scratch, cuBLAS workspace")
+    step_allocations: BreakdownPart | None = Field(
+        default=None, description="allocated inside a measured window and live at the peak: activations and "
+                                  "temporaries together, where they cannot be split")
     persistent_unsplit: BreakdownPart = Field(description="live before a measured window began: weights, "
                                               "gradients and optimizer state together, where they cannot be split")
     allocator_rounding: BreakdownPart = Field(description="allocated - requested: blocks rounded up to 512 B")

@@ -11,6 +11,7 @@ import numpy as np
 
 from server.analysis.alloc_trace import AllocationTrace
 from server.analysis.fragmentation import fragmentation_findings
+from server.analysis.memory_breakdown import measured_breakdown
 from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, plan_offsets, verify_plan
 from server.analysis.swap import plan_swaps, swap_section
 
@@ -72,5 +73,6 @@ def optimization_section(
         "fragmentation": fragmentation_findings(
             trace, plan=plan, observed_reserved_bytes=reserved, snapshot=snapshot, alignment=alignment
         ),
+        "memory_breakdown": measured_breakdown(trace, reserved).model_dump(),
         "notes": list(trace.notes),
     }
