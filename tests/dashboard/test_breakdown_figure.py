@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dashboard.figures import GIB, memory_breakdown_bar
 
 
@@ -33,3 +35,30 @@ def test_stacked_bar_per_breakdown_with_module_activations() -> None:
 def test_no_breakdown_is_an_empty_figure() -> None:
     fig = memory_breakdown_bar([("H100", None)])
     assert fig.layout.annotations[0].text == "no memory breakdown"
+
+
+def _find(component: Any, wanted_id: str) -> Any:
+    if getattr(component, "id", None) == wanted_id:
+        return component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if child is not None and not isinstance(child, (str, int, float)):
+            found = _find(child, wanted_id)
+            if found is not None:
+                return found
+    return None
+
+
+def test_the_estimator_answer_and_the_job_plans_draw_the_bar() -> None:
+    from dashboard.pages.estimate import result_view
+    from dashboard.pages.job import optimization_section
+
+    part = {"bytes": GIB, "source": "test"}
+    breakdown = {"weights": part, "cached_free": part, "activations_by_module": [], "total_bytes": 2 * GIB}
+    answer = result_view({"breakdown": breakdown, "gpus": [{"gpu": "H100-80GB", "breakdown": breakdown}]})
+    graph = _find(answer, "est-breakdown")
+    assert graph is not None
+    assert [list(t.x) for t in graph.figure.data] == [["tensors (no GPU)", "H100-80GB"]] * 2
+    section = optimization_section({"optimization": {"memory_breakdown": breakdown}})
+    graph = _find(section, "job-memory-breakdown")
+    assert graph is not None and len(graph.figure.data) == 2
