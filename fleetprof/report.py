@@ -101,7 +101,8 @@ class BreakdownPart(Section):
 
 
 class ModuleActivations(Section):
-    module: str = Field(description="top-level module: a named child of the model")
+    module: str = Field(description="top-level module (a named child of the model), or "
+                                    "'(model, outside its children)'")
     bytes: int
 
 

@@ -2,7 +2,8 @@
 
 While the step is traced, every storage gets an origin: the baseline registers parameters and buffers (weights)
 and the batch (inputs); a storage allocated inside a top-level module's forward is tagged with that module
-(`StepOrigins` sets the recorder's tag from forward hooks, recomputed forwards under checkpointing included);
+(`StepOrigins` sets the recorder's tag from every module's forward hooks, so recomputed forwards under
+activation checkpointing count too);
 gradients and optimizer state are found by their storages when the optimizer step begins and when the step
 ends. At the peak of live tensor bytes, a storage allocated in a module's forward and still live is an activation
 kept for backward (the forward's other outputs are freed by then); anything else live that has no origin above
@@ -23,6 +24,7 @@ from server.estimate.tracer import StorageRecorder, Trace
 
 WEIGHTS, INPUTS, GRADIENTS, OPTIMIZER_STATE = "weights", "inputs", "gradients", "optimizer_state"
 ACTIVATION = "activation:"  # + top-level module name
+OUTSIDE_MODULES = "(model, outside its children)"
 _SOURCE = "meta-device trace of the step, storages classified by origin at the peak of live tensor bytes"
 
 
@@ -35,6 +37,7 @@ class StepOrigins:
         self.optimizer = optimizer
         self.origins: dict[int, str] = {}
         self._handles: list[Any] = []
+        self._outer: list[str | None] = []  # the tags of the enclosing forwards
 
     def register_baseline(self, batch_tensors: list[torch.Tensor]) -> None:
         """After `recorder.register(...)`: parameters and buffers are weights, the batch is inputs."""
@@ -56,24 +59,34 @@ class StepOrigins:
                         self._set(value, OPTIMIZER_STATE)
 
     def __enter__(self) -> StepOrigins:
+        # every module's forward tags what it allocates with its top-level ancestor, so that the forwards that
+        # activation checkpointing recomputes inside backward are tagged too; the model's own code between its
+        # children (an HF model's loss) is OUTSIDE_MODULES
+        top: dict[int, str] = {id(self.model): OUTSIDE_MODULES}
         for child_name, child in self.model.named_children():
-            self._handles.append(child.register_forward_pre_hook(self._enter_module(child_name)))
-            self._handles.append(child.register_forward_hook(self._leave_module))
+            for module in child.modules():
+                top.setdefault(id(module), child_name)
+        for module in self.model.modules():
+            name = top.get(id(module), OUTSIDE_MODULES)
+            self._handles.append(module.register_forward_pre_hook(self._enter_module(name)))
+            self._handles.append(module.register_forward_hook(self._leave_module))
         return self
 
     def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._outer.clear()
         self.recorder.tag = None
 
     def _enter_module(self, name: str) -> Any:
         def hook(_module: torch.nn.Module, _args: Any) -> None:
+            self._outer.append(self.recorder.tag)
             self.recorder.tag = ACTIVATION + name
         return hook
 
     def _leave_module(self, _module: torch.nn.Module, _args: Any, _out: Any) -> None:
-        self.recorder.tag = None
+        self.recorder.tag = self._outer.pop() if self._outer else None
 
     def _set(self, tensor: torch.Tensor, origin: str) -> None:
         sid = self.recorder.storage_id(tensor)

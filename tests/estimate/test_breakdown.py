@@ -32,3 +32,25 @@ def test_breakdown_of_an_mlp_step_at_its_activation_peak() -> None:
     assert g.total_bytes == h100.device_total_bytes  # the parts add up to what NVML would show
     assert (g.temporaries_and_workspaces.bytes or 0) - (b.temporaries_and_workspaces.bytes or 0) == \
         h100.cublas_workspace_bytes
+
+
+def test_nested_modules_count_for_their_top_level_ancestor() -> None:
+    import torch
+    from torch import nn
+
+    from server.estimate.breakdown import StepOrigins, classify
+    from server.estimate.tracer import StorageRecorder
+
+    model = nn.Sequential(nn.Sequential(nn.Linear(64, 64), nn.ReLU()), nn.Linear(64, 256)).to("meta")
+    x = torch.empty(128, 64, device="meta")
+    recorder = StorageRecorder(count_ops=False)
+    recorder.register([*model.parameters(), x])
+    origins = StepOrigins(recorder, model, torch.optim.SGD(model.parameters(), lr=0.1))
+    origins.register_baseline([x])
+    with recorder, origins:
+        out = model(x)  # peak: when the last Linear's (larger) output is allocated
+        del out
+    parts = classify(recorder.trace, origins.origins)
+    assert parts["activation:0"] == 4 * 128 * 64  # the ReLU's output; the inner Linear's died when ReLU returned
+    assert parts["activation:1"] == 4 * 128 * 256
+    assert parts["inputs"] == 4 * 128 * 64 and parts["weights"] == 4 * (64 * 64 + 64 + 64 * 256 + 256)
