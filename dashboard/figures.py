@@ -256,7 +256,8 @@ _BREAKDOWN_PARTS = (("weights", "weights"), ("gradients", "gradients"), ("optimi
 def memory_breakdown_bar(breakdowns: Sequence[tuple[str, dict[str, Any] | None]], *,
                          title: str = "Memory at the peak by what holds it (GiB)") -> go.Figure:
     """One stacked bar per (label, MemoryBreakdown as a dict): the parts with a known size, each trace one part
-    (activations one trace per top-level module), hover naming the part's source. Unknown parts are left out."""
+    (activations and step allocations one trace per top-level module where split), hover naming the part's
+    source. Unknown parts are left out."""
     present = [(label, b) for label, b in breakdowns if b]
     if not present:
         return empty_figure("no memory breakdown", title=title)
@@ -271,9 +272,10 @@ def memory_breakdown_bar(breakdowns: Sequence[tuple[str, dict[str, Any] | None]]
     for i, (_, b) in enumerate(present):
         for key, name in _BREAKDOWN_PARTS:
             part = b.get(key) or {}
-            if key == "activations" and b.get("activations_by_module"):
-                for m in b["activations_by_module"]:
-                    add(f"activations: {m['module']}", i, m["bytes"], str(part.get("source", "")))
+            split = {"activations": "activations_by_module", "step_allocations": "step_allocations_by_module"}
+            if key in split and b.get(split[key]):
+                for m in b[split[key]]:
+                    add(f"{name}: {m['module']}", i, m["bytes"], str(part.get("source", "")))
                 continue
             if part.get("bytes"):
                 add(name, i, part["bytes"], str(part.get("source", "")))

@@ -122,6 +122,10 @@ class MemoryBreakdown(Section):
     step_allocations: BreakdownPart | None = Field(
         default=None, description="allocated inside a measured window and live at the peak: activations and "
                                   "temporaries together, where they cannot be split")
+    step_allocations_by_module: list[ModuleActivations] = Field(
+        default_factory=list, description="step_allocations split by the top-level module whose forward made them "
+                                          "(a Kineto trace's nn.Module calls); an inference trace's are outputs and "
+                                          "caches, not tensors kept for backward")
     persistent_unsplit: BreakdownPart = Field(description="live before a measured window began: weights, "
                                               "gradients and optimizer state together, where they cannot be split")
     allocator_rounding: BreakdownPart = Field(description="allocated - requested: blocks rounded up to 512 B")
