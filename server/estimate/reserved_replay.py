@@ -17,6 +17,8 @@ What lies outside the traced window, and how it is modelled:
   segmentation the addresses allow. Merging touching runs instead (the coarsest) let the simulation split a
   free run across what were two real segments and place blocks where the real allocator could not: on the
   timesformer trace it then needed a third 1802 MiB segment (+41 %); the finest needs none (-0.1 %).
+  The pre-window blocks get segments of their own, also where in reality they share one with the window's
+  blocks; the seeded figure can run high by that much.
 - Streams: the events carry none. Blocks used by a second stream (NCCL) come back later than their free says;
   that would show as the seeded replay needing new segments.
 `window_touched_bytes` (the union of the window's block intervals) is independent of the simulation: with the
