@@ -243,6 +243,51 @@ def memory_plan_bars(offset_plan: dict[str, Any] | None, swap_plan: dict[str, An
     return fig
 
 
+# The breakdown's parts in stacking order (bottom first) with their legend labels; activations per module
+# replace the `activations` total where the split is known.
+_BREAKDOWN_PARTS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer_state", "optimizer state"),
+                    ("persistent_unsplit", "persistent (weights+grads+optimizer)"), ("activations", "activations"),
+                    ("inputs", "inputs"), ("temporaries_and_workspaces", "temporaries & workspaces"),
+                    ("step_allocations", "allocated in the window (activations + temporaries)"),
+                    ("allocator_rounding", "allocator rounding"), ("cached_free", "cached free (reserved - allocated)"),
+                    ("cuda_context", "CUDA context"))
+
+
+def memory_breakdown_bar(breakdowns: Sequence[tuple[str, dict[str, Any] | None]], *,
+                         title: str = "Memory at the peak by what holds it (GiB)") -> go.Figure:
+    """One stacked bar per (label, MemoryBreakdown as a dict): the parts with a known size, each trace one part
+    (activations and step allocations one trace per top-level module where split), hover naming the part's
+    source. Unknown parts are left out."""
+    present = [(label, b) for label, b in breakdowns if b]
+    if not present:
+        return empty_figure("no memory breakdown", title=title)
+    labels = [label for label, _ in present]
+    series: dict[str, tuple[list[float | None], list[str]]] = {}
+
+    def add(name: str, i: int, nbytes: int | None, source: str) -> None:
+        values, sources = series.setdefault(name, ([None] * len(present), [""] * len(present)))
+        values[i] = None if nbytes is None else nbytes / GIB
+        sources[i] = source
+
+    for i, (_, b) in enumerate(present):
+        for key, name in _BREAKDOWN_PARTS:
+            part = b.get(key) or {}
+            split = {"activations": "activations_by_module", "step_allocations": "step_allocations_by_module"}
+            if key in split and b.get(split[key]):
+                for m in b[split[key]]:
+                    add(f"{name}: {m['module']}", i, m["bytes"], str(part.get("source", "")))
+                continue
+            if part.get("bytes"):
+                add(name, i, part["bytes"], str(part.get("source", "")))
+    fig = go.Figure()
+    for name, (values, sources) in series.items():
+        fig.add_trace(go.Bar(name=name, x=labels, y=values, customdata=sources,
+                             hovertemplate=f"{name}: %{{y:.3f}} GiB<br>%{{customdata}}<extra></extra>"))
+    fig = _layout(fig, title=title, y_title="GiB", date_x=False, barmode="stack", legend=_SIDE_LEGEND,
+                  height=360)
+    return fig
+
+
 # ------------------------------------------------------------------------------------------------ fleet page
 
 

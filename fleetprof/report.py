@@ -100,6 +100,45 @@ class MemorySection(Section):
     timeline: list[MemoryTimeline]
 
 
+class BreakdownPart(Section):
+    bytes: int | None = Field(description="null: not known from this source")
+    source: str = Field(description="where the figure came from, or why it is unknown")
+
+
+class ModuleActivations(Section):
+    module: str = Field(description="top-level module (a named child of the model), or "
+                                    "'(model, outside its children)'")
+    bytes: int
+
+
+class MemoryBreakdown(Section):
+    """Device memory at the peak by what holds it, as the characterization papers split it. The parts that are
+    known add up to `total_bytes` (peak reserved + CUDA context where both are known)."""
+
+    at: str = Field(description="the moment broken down, e.g. 'peak allocated' of the step")
+    weights: BreakdownPart = Field(description="parameters and buffers")
+    gradients: BreakdownPart
+    optimizer_state: BreakdownPart
+    activations: BreakdownPart = Field(description="tensors saved for backward (not parameters)")
+    activations_by_module: list[ModuleActivations] = Field(description="activations split by top-level module")
+    inputs: BreakdownPart = Field(description="the batch")
+    temporaries_and_workspaces: BreakdownPart = Field(description="everything else live: op outputs not saved, "
+                                                                  "optimizer scratch, cuBLAS workspace")
+    step_allocations: BreakdownPart | None = Field(
+        default=None, description="allocated inside a measured window and live at the peak: activations and "
+                                  "temporaries together, where they cannot be split")
+    step_allocations_by_module: list[ModuleActivations] = Field(
+        default_factory=list, description="step_allocations split by the top-level module whose forward made them "
+                                          "(a Kineto trace's nn.Module calls); an inference trace's are outputs and "
+                                          "caches, not tensors kept for backward")
+    persistent_unsplit: BreakdownPart = Field(description="live before a measured window began: weights, "
+                                              "gradients and optimizer state together, where they cannot be split")
+    allocator_rounding: BreakdownPart = Field(description="allocated - requested: blocks rounded up to 512 B")
+    cached_free: BreakdownPart = Field(description="reserved - allocated: free blocks the allocator keeps")
+    cuda_context: BreakdownPart = Field(description="CUDA context and library code, outside the allocator")
+    total_bytes: int | None = Field(description="sum of the known parts")
+
+
 # -------------------------------------------------------------------------------------------------------- time
 class StepTime(Section):
     mean: float | None

@@ -81,6 +81,7 @@ def build_request(*, source: str, model: str | None, shape: str | None, seq_len:
 def result_view(res: dict[str, Any]) -> html.Div:
     from dashboard import format as fmt
     from dashboard.components import kpi, section, table
+    from dashboard.figures import memory_breakdown_bar
 
     kpis = html.Div([
         kpi("Parameters", f"{fmt.count(res.get('parameter_count'))} ({fmt.gib(res.get('parameter_bytes'))})",
@@ -102,6 +103,10 @@ def result_view(res: dict[str, Any]) -> html.Div:
     return html.Div([kpis, section("Per GPU type", table(
         ["GPU", "capacity", "device total (peak reserved + context)", "fits", "headroom", "largest batch",
          "time / step", "energy / step", "calibration"], rows, id="est-gpus-table")),
+        section("Memory at the peak", dcc.Graph(id="est-breakdown", figure=memory_breakdown_bar(
+            [("tensors (no GPU)", res.get("breakdown"))]
+            + [(g.get("gpu") or "?", g.get("breakdown")) for g in res.get("gpus") or []]),
+            config={"displaylogo": False})),
         section("Assumptions", assumptions)], id="est-answer")
 
 

@@ -196,6 +196,9 @@ def optimization_section(report: dict[str, Any]) -> html.Section | None:
     parts: list[Any] = [html.P(["from ", html.B(fmt.text((report.get("sources") or {}).get("optimization")
                                                          or opt.get("source")))], className="muted")]
     offset, swap = opt.get("offset_plan"), opt.get("swap_plan")
+    if opt.get("memory_breakdown"):
+        parts.append(dcc.Graph(id="job-memory-breakdown", config=_GRAPH_CONFIG, figure=figures.memory_breakdown_bar(
+            [("measured (allocation trace)", opt["memory_breakdown"])])))
     if offset or swap:
         parts.append(dcc.Graph(figure=figures.memory_plan_bars(offset, swap), config=_GRAPH_CONFIG,
                                id="job-plan-bars"))

@@ -11,6 +11,8 @@ import numpy as np
 
 from server.analysis.alloc_trace import AllocationTrace
 from server.analysis.fragmentation import fragmentation_findings
+from server.analysis.memory_breakdown import measured_breakdown
+from server.analysis.module_spans import ModuleSpans
 from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, plan_offsets, verify_plan
 from server.analysis.swap import plan_swaps, swap_section
 
@@ -25,6 +27,7 @@ def optimization_section(
     gpu_name: str | None = None,
     snapshot: dict | None = None,
     alignment: int = DEFAULT_ALIGNMENT_BYTES,
+    module_spans: ModuleSpans | None = None,
 ) -> dict:
     """The report's JSON-safe `optimization` section: offset plan, swap plan, fragmentation findings.
 
@@ -72,5 +75,6 @@ def optimization_section(
         "fragmentation": fragmentation_findings(
             trace, plan=plan, observed_reserved_bytes=reserved, snapshot=snapshot, alignment=alignment
         ),
+        "memory_breakdown": measured_breakdown(trace, reserved, module_spans).model_dump(),
         "notes": list(trace.notes),
     }

@@ -157,6 +157,10 @@ class CachingAllocatorSim:
                 block.size += neighbour.size
         pool.insert(block)
 
+    def seed_segment(self, size: int, small: bool) -> None:
+        """A cached, free segment of `size` bytes that exists before the replay (a warm cache)."""
+        self._pools[small].insert(self._add_segment(size, small))
+
     def replay(self, events: Iterable[tuple[int, int]]) -> AllocatorStats:
         for key, nbytes in events:
             if nbytes > 0:
@@ -183,6 +187,9 @@ class CachingAllocatorSim:
             self.stats.cache_flushes += 1
             if self.reserved + seg_size > self.capacity:
                 raise SimulatedOutOfMemory(size, self.reserved, self.capacity)
+        return self._add_segment(seg_size, small)
+
+    def _add_segment(self, seg_size: int, small: bool) -> _Block:
         block = _Block(seg_size, self._next_addr, small)
         self._next_addr += seg_size
         self.reserved += seg_size

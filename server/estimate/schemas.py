@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fleetprof.report import MemoryBreakdown
+
 MAX_BATCH_SIZE = 10_000_000  # beyond this a request is refused as absurd, not traced
 
 Optimizer = Literal["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop"]
@@ -98,6 +100,8 @@ class GpuFit(BaseModel):
     max_batch_size_exact: bool = Field(description="false when the search hit its time bound (lower bound)")
     roofline: RooflineEstimate
     calibration_source: str
+    breakdown: MemoryBreakdown | None = Field(
+        None, description="device memory at the peak by what holds it; adds up to device_total_bytes")
 
 
 class EstimateResponse(BaseModel):
@@ -116,5 +120,7 @@ class EstimateResponse(BaseModel):
     flops_per_step: float
     bytes_moved_per_step: float
     gpus: list[GpuFit]
+    breakdown: MemoryBreakdown | None = Field(
+        None, description="tensor memory at the peak by what holds it, without a GPU's context and cuBLAS workspace")
     assumptions: list[str]
     elapsed_s: float

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
 from server.estimate.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
+from server.estimate.breakdown import classify, estimate_breakdown
 from server.estimate.calibration import calibration_for
 from server.estimate.errors import AbsurdRequestError, UnknownGpuError
 from server.estimate.models import ResolvedModel, resolve
@@ -218,6 +219,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
     est = _Estimator(resolved, settings)
     st = est.trace(request.batch_size)
     base = est.replay(request.batch_size, 0, None).stats
+    parts = classify(st.trace, st.origins)
 
     # time: ops of the last traced step; forward/backward scaled to the requested micro-batch count
     _, op_start = st.marks["step1"]
@@ -264,6 +266,11 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
                 energy_per_step_high_j=high * gpu.tdp_w * min(pf + 0.15, 1.0),
             ),
             calibration_source=cal.source + ("" if cal.measured else " (not measured)"),
+            breakdown=estimate_breakdown(
+                parts, (limited if fits else unlimited).stats,
+                workspace_bytes=unlimited.stats.peak_requested_bytes - base.peak_requested_bytes,
+                context_bytes=cal.context_bytes, context_source="calibration: " + cal.source,
+            ),
         ))
     return EstimateResponse(
         model_name=resolved.name, parameter_count=st.parameter_count, parameter_bytes=st.parameter_bytes,
@@ -272,5 +279,6 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         peak_reserved_bytes=base.peak_reserved_bytes, allocations=st.trace.allocations,
         flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
         bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
-        gpus=results, assumptions=ASSUMPTIONS, elapsed_s=time.monotonic() - started,
+        gpus=results, breakdown=estimate_breakdown(parts, base), assumptions=ASSUMPTIONS,
+        elapsed_s=time.monotonic() - started,
     )

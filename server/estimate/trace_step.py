@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from server.estimate.breakdown import StepOrigins
 from server.estimate.emulation import CudaStepEmulation
 from server.estimate.errors import InputMismatchError
 from server.estimate.models import ResolvedModel, enable_checkpointing
@@ -36,6 +37,7 @@ class StepTrace:
     marks: dict[str, tuple[int, int]]  # mark -> (event index, op index)
     parameter_count: int
     parameter_bytes: int
+    origins: dict[int, str] = field(default_factory=dict)  # storage id -> origin (server.estimate.breakdown)
 
 
 def prepare(resolved: ResolvedModel, settings: StepSettings, batch_size: int, device: torch.device) -> tuple[
@@ -60,13 +62,16 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int)
     params = list(model.parameters())
     recorder = StorageRecorder()
     recorder.register(baseline_tensors(model, batch))
+    origins = StepOrigins(recorder, model, optimizer)
+    origins.register_baseline(batch.tensors())
     marks: dict[str, tuple[int, int]] = {}
 
     def mark(name: str) -> None:
         marks[name] = (len(recorder.trace.events), len(recorder.trace.ops))
+        origins.mark(name)
 
     try:
-        with recorder:
+        with recorder, origins:
             train_steps(
                 model, batch, optimizer, emulation,
                 steps=TRACED_STEPS, micro_batches=settings.traced_micro_batches, mark=mark,
@@ -81,4 +86,5 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int)
         recorder.trace, marks,
         parameter_count=sum(p.numel() for p in params),
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),
+        origins=origins.origins,
     )

@@ -34,6 +34,7 @@ class Trace:
     events: list[tuple[int, int]] = field(default_factory=list)
     baseline_events: int = 0
     ops: list[OpCost] = field(default_factory=list)
+    tags: dict[int, str] = field(default_factory=dict)  # storage id -> what allocated it (the recorder's `tag`)
 
     @property
     def allocations(self) -> int:
@@ -59,6 +60,12 @@ class StorageRecorder(TorchDispatchMode):
         self._refs: dict[int, weakref.ref] = {}
         self._next_id = 0
         self._open = True
+        self.tag: str | None = None  # set by the caller (a module's forward); new storages carry it
+
+    def storage_id(self, tensor: torch.Tensor) -> int | None:
+        """The id under which `tensor`'s storage appears in the trace; None if it is not live in it."""
+        known = self._live.get(id(tensor.untyped_storage()))
+        return None if known is None else known[0]
 
     def register(self, tensors: Iterable[torch.Tensor]) -> None:
         """Storages that exist before the step: parameters, buffers, inputs (deduplicated, tied weights once)."""
@@ -84,6 +91,8 @@ class StorageRecorder(TorchDispatchMode):
         self._next_id += 1
         self._live[key] = (sid, nbytes)
         self.trace.events.append((sid, nbytes))
+        if self.tag is not None:
+            self.trace.tags[sid] = self.tag
         self._refs[sid] = weakref.ref(storage, lambda _r: self._on_free(key, sid, nbytes))
         return True
 

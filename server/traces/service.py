@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from server.analysis import alloc_trace
 from server.analysis.kineto import summarize_trace
+from server.analysis.module_spans import read_module_spans
 from server.analysis.optimization import optimization_section
 from server.analysis.snapshot import SnapshotFormatError, parse_snapshot_json
 from server.analysis.trace_io import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
@@ -93,7 +94,7 @@ def _kineto_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
             if len(trace.size_bytes):
                 summary["optimization"] = optimization_section(
                     trace, observed_reserved_bytes=trace.observed_reserved_bytes,
-                    gpu_name=(summary.get("device") or {}).get("name"))
+                    gpu_name=(summary.get("device") or {}).get("name"), module_spans=read_module_spans(upload.path))
         except (ValueError, TraceFormatError) as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
     return summary
