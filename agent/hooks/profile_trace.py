@@ -16,8 +16,7 @@ import tempfile
 from typing import Any
 
 from agent.hooks.sender import EventSender
-from agent.transport import Transport
-from fleetprof.jobid import job_path
+from fleetprof.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +71,12 @@ class ProfileTracer:
             raise
         job_id, first, last = self._job_id, 1, self.steps
 
-        def upload_job(transport: Transport) -> None:
+        def upload_job(client: Client) -> None:
             try:
                 with open(path, "rb") as f:
                     body = gzip.compress(f.read(), compresslevel=5)
             finally:
                 os.unlink(path)
-            transport.request("POST", job_path(job_id, "traces"), raw_body=body, content_type="application/gzip",
-                              compress=False, params={"filename": f"hooks-profile-steps-{first}-{last}.pt.trace.json",
-                                                      "rank": str(rank)})
+            client.upload_trace(job_id, body, filename=f"hooks-profile-steps-{first}-{last}.pt.trace.json", rank=rank)
 
         self._sender.submit(upload_job)
