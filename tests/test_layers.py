@@ -1,4 +1,5 @@
-"""Layering read from the source: `server.analysis` is pure and acyclic, `agent` runs without `server`.
+"""Layering read from the source: `server.analysis` is pure and acyclic (modules and subpackages alike), `agent` runs
+without `server`.
 
 Imports are read with `ast`, so an import inside a function counts like one at the top: a lazy import that dodges
 a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports count too.
@@ -108,6 +109,30 @@ def test_no_import_cycle_inside_analysis() -> None:
     assert cycles(graph, _under(graph, "server.analysis")) == []
 
 
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """`graph` seen one level below `package`: each module counts as its subpackage (or itself, at the top)."""
+    depth = package.count(".") + 2
+
+    def node(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
+    inside = _under(graph, package)
+    folded: dict[str, set[str]] = {node(m): set() for m in inside if m != package}
+    for module in inside:
+        if module != package:
+            folded[node(module)] |= {node(t) for t in graph[module] if t in inside and t != package}
+    return {k: v - {k} for k, v in folded.items()}
+
+
+def test_analysis_subpackages_form_no_cycle() -> None:
+    # one concern per subpackage (memory, time, energy, planning, traces, fleet, base): a concern may use another
+    # only one way round, or the split by concern means nothing
+    graph = package_graph(import_graph(), "server.analysis")
+    assert {"server.analysis.base", "server.analysis.planning", "server.analysis.traces"} <= graph.keys()
+    assert cycles(graph, graph) == []
+    assert graph["server.analysis.base"] == set()  # the shared base leans on no concern
+
+
 def test_analysis_imports_no_io_even_indirectly() -> None:
     graph = import_graph()
     offenders = []
@@ -144,3 +169,24 @@ def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
     graph = import_graph(tmp_path)
     assert cycles(graph, _under(graph, "server.analysis")) == [["server.analysis.a", "server.analysis.b"]]
     assert "sqlalchemy" in graph["server.analysis.c"]
+
+
+def test_the_package_view_sees_a_cycle_between_subpackages(tmp_path: Path) -> None:
+    # modules that form no cycle among themselves can still tie their subpackages in a knot: x.a -> y.b -> x.c
+    pkg = tmp_path / "server" / "analysis"
+    for top in PRODUCT:
+        (tmp_path / top).mkdir(exist_ok=True)
+    for sub in ("x", "y", "z"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x" / "a.py").write_text("from server.analysis.y import b\n")
+    (pkg / "y" / "b.py").write_text("from server.analysis.x.c import f\n")
+    (pkg / "x" / "c.py").write_text("def f():\n    pass\n")
+    (pkg / "z" / "d.py").write_text("from server.analysis.x import c\n")
+    (pkg / "top.py").write_text("from server.analysis.z import d\n")
+    graph = import_graph(tmp_path)
+    assert cycles(graph, _under(graph, "server.analysis")) == []
+    folded = package_graph(graph, "server.analysis")
+    assert folded["server.analysis.top"] == {"server.analysis.z"}
+    assert cycles(folded, folded) == [["server.analysis.x", "server.analysis.y"]]

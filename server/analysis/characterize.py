@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from fleetprof.report import GpuReport, JobReport, Recommendation, Sources, UtilizationSection
-from server.analysis import energy as energy_mod
-from server.analysis import memory, rightsizing, timing
-from server.analysis.jobdata import GpuSeries, JobData, jsonable
+from server.analysis.base.jobdata import GpuSeries, JobData, jsonable
+from server.analysis.energy import accounting as energy_mod
+from server.analysis.fleet import rightsizing
+from server.analysis.memory import usage as memory
+from server.analysis.time import timing
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class JobWaste(BaseModel):
-    """A job's fleet row (server.analysis.fleet.job_fleet_row), ranked by wasted GPU-hours."""
+    """A job's fleet row (server.analysis.fleet.rollup.job_fleet_row), ranked by wasted GPU-hours."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import SAMPLE_FIELD_NAMES
 from server.analysis import characterize as characterize_mod
-from server.analysis.fleet import job_fleet_row
-from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
-from server.analysis.jobdata import LayerStat as LayerRow
-from server.analysis.trace_sections import merge_trace_sections
+from server.analysis.base.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
+from server.analysis.base.jobdata import LayerStat as LayerRow
+from server.analysis.fleet.rollup import job_fleet_row
+from server.analysis.traces.sections import merge_trace_sections
 from server.auth import policy
 from server.auth.policy import link_window
 from server.config import ServerSettings
@@ -248,7 +248,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         steps=_steps_running(session, job, now) if incremental else _load_steps(session, job),
         layers=_load_layers(session, job), layer_step_s=_layer_step_s(session, job), oom_events=int(oom),
         processes=[p for r in process_reads for p in r.result()],
-        # Uploaded traces are merged after characterization (server.analysis.trace_sections).
+        # Uploaded traces are merged after characterization (server.analysis.traces.sections).
         trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,
                                        price_per_kwh_usd=settings.price_per_kwh_usd),

@@ -18,7 +18,7 @@ from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
-from server.analysis.rightsizing import rightsize
+from server.analysis.fleet.rightsizing import rightsize
 from server.config import ServerSettings
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, EpochQuery, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep

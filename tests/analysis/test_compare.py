@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from server.analysis.base.jobdata import JobData, StepSeries
 from server.analysis.characterize import characterize
 from server.analysis.compare import compare_runs, ratio, run_row
-from server.analysis.jobdata import JobData, StepSeries
 
 from .realdata import capture_series
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.energy import energy_costs, gpu_energy, interval_energy, trapezoid_j
-from server.analysis.jobdata import EnergySettings, GpuSeries
+from server.analysis.base.jobdata import EnergySettings, GpuSeries
+from server.analysis.energy.accounting import energy_costs, gpu_energy, interval_energy, trapezoid_j
 
 from .realdata import capture_series, zeus_windows
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.iterations import cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period
-from server.analysis.jobdata import GpuSeries
+from server.analysis.base.jobdata import GpuSeries
+from server.analysis.time.iterations import cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period
 
 MINI_BATCH = "cluster/alibaba-gpu-v2020/mini-batch-time/data"
 WINDOW_S = 14_000.0  # stay inside the analysed window, so the known period is the mean over all of it

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, StepSeries
-from server.analysis.memory import detect_oom, framework_peaks, gpu_memory
+from server.analysis.base.jobdata import GpuSeries, StepSeries
+from server.analysis.memory.usage import detect_oom, framework_peaks, gpu_memory
 
 from .realdata import MIB, capture_series, query_gpu_row
 
@@ -75,8 +75,8 @@ def test_oom_from_state_events_and_pinned_memory(real_data):
 
 
 def test_process_memory_separates_the_jobs_processes_from_co_tenants() -> None:
-    from server.analysis.jobdata import ProcessPeak
-    from server.analysis.memory import process_memory
+    from server.analysis.base.jobdata import ProcessPeak
+    from server.analysis.memory.usage import process_memory
 
     gib = 2**30
     procs = [ProcessPeak("GPU-0", 100, "j", "env:FLEETPROF_JOB_ID", 30 * gib, 10.0, 50.0),
@@ -96,8 +96,8 @@ def test_process_memory_separates_the_jobs_processes_from_co_tenants() -> None:
 
 
 def test_process_memory_unknown_without_process_rows() -> None:
-    from server.analysis.jobdata import ProcessPeak
-    from server.analysis.memory import process_memory
+    from server.analysis.base.jobdata import ProcessPeak
+    from server.analysis.memory.usage import process_memory
 
     out = process_memory([], "j")
     assert out["process_peak_bytes"] is None and out["other_processes_peak_bytes"] is None

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.gpu_catalog import load_catalog
-from server.analysis.rightsizing import (
+from server.analysis.base.gpu_catalog import load_catalog
+from server.analysis.fleet.rightsizing import (
     SAFETY_MARGIN_FRACTION,
     fit_batch_memory,
     max_batch_size,
@@ -111,7 +111,7 @@ def test_rightsize_history_every_recommendation_has_reason_evidence_saving():
 def test_upper_bound_on_a_short_history_stays_within_the_gpu():
     """10 minutes on an 80 GB GPU widened the upper bound by 1 + 1/confidence_days = x145: ~9 TB. It is now the
     GPU's memory at most (a run that did not run out of memory needed no more), and the confidence is said."""
-    from server.analysis.rightsizing import rightsize
+    from server.analysis.fleet.rightsizing import rightsize
 
     capacity = 81559 * 2**20  # H100 80GB as NVML reports it
     run = {"job_id": "short", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "memory_total_bytes": capacity,

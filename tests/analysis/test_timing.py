@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.jobdata import GpuSeries, StepSeries
-from server.analysis.timing import busy_fraction, step_stats, warmup_count
+from server.analysis.base.jobdata import GpuSeries, StepSeries
+from server.analysis.time.timing import busy_fraction, step_stats, warmup_count
 
 from .realdata import capture_series
 
@@ -54,8 +54,8 @@ def test_busy_fraction_is_mean_util(real_data):
 def test_layer_shares_are_of_the_step_inclusive_and_self():
     """A nested module tree whose root spans the step: ~100 % of the step, not its share of a sum over nesting
     levels (which showed 24.5 % for such a root); self time leaves the children out."""
-    from server.analysis.jobdata import LayerStat
-    from server.analysis.timing import layer_table
+    from server.analysis.base.jobdata import LayerStat
+    from server.analysis.time.timing import layer_table
 
     def stat(module: str, module_type: str, fwd: float, bwd: float) -> LayerStat:
         return LayerStat(module=module, module_type=module_type, forward_s=fwd, backward_s=bwd, activation_bytes=None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.analysis.kineto import combine_ranks
+from server.analysis.traces.kineto import combine_ranks
 
 
 def _largest_plan(traces: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:

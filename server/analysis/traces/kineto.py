@@ -36,9 +36,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from server.analysis.downsample import minmax_indices
-from server.analysis.jobdata import jsonable
-from server.analysis.trace_io import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
+from server.analysis.base.downsample import minmax_indices
+from server.analysis.base.jobdata import jsonable
+from server.analysis.traces.reader import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
 
 __all__ = [
     "DeviceInfo",

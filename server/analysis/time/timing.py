@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from fleetprof.report import TimeSection
-from server.analysis import iterations
-from server.analysis.jobdata import GpuSeries, JobData, LayerStat, StepSeries, jsonable
+from server.analysis.base.jobdata import GpuSeries, JobData, LayerStat, StepSeries, jsonable
+from server.analysis.time import iterations
 
 # Warm-up: leading steps (cuDNN autotuning, allocator growth, compilation) slower than this multiple of
 # the median are excluded from the distribution, but never more than WARMUP_MAX_FRACTION of the steps.

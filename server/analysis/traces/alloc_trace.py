@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from server.analysis.trace_io import iter_events, open_trace
+from server.analysis.traces.reader import iter_events, open_trace
 
 KINETO_CUDA_DEVICE_TYPE = 1  # Kineto's `Device Type`: 0 = CPU, 1 = CUDA
 KINETO_TIME_UNIT_S = 1e-6  # Kineto `ts` is microseconds

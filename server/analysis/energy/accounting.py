@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetprof.report import EnergySection
-from server.analysis.jobdata import EnergySettings, GpuSeries, jsonable
+from server.analysis.base.jobdata import EnergySettings, GpuSeries, jsonable
 
 J_PER_KWH = 3.6e6
 # NVML utilization.gpu below this is an idle GPU (a kernel ran less than 5% of the sample period).

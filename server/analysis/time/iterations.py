@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, StepSeries
+from server.analysis.base.jobdata import GpuSeries, StepSeries
 
 # An autocorrelation peak below this is noise, not a period.
 MIN_ACF_PEAK = 0.2
