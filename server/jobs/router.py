@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELD_NAMES
+from fleetprof.api_models import JobList, JobRead
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
@@ -28,7 +29,7 @@ from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
-from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobList, JobRead, JobState, RightsizingOut, StepsOut
+from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobState, RightsizingOut, StepsOut
 from server.models import Gpu, Job, JobStep
 from server.models.base import from_epoch, to_epoch
 from server.responses import json_response

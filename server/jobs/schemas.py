@@ -1,4 +1,5 @@
-"""Job schemas: JobCreate (register or update), JobRead, JobList, CompareOut (GET /jobs/compare)."""
+"""Job schemas: JobCreate (register or update), CompareOut (GET /jobs/compare); JobRead and JobList, which clients
+read typed, are in fleetprof.api_models."""
 
 from __future__ import annotations
 
@@ -53,31 +54,6 @@ class JobCreate(BaseModel):
         return value
 
 
-class JobRead(BaseModel):
-    job_id: str
-    team: str | None
-    name: str | None
-    command: str | None
-    framework: str | None
-    host: str | None
-    user: str | None
-    node: str | None
-    state: str
-    batch_size: int | None
-    gpu_type_requested: str | None
-    gpus_requested: int | None
-    exit_code: int | None
-    created_at: float
-    updated_at: float
-    started_at: float | None
-    ended_at: float | None
-    duration_s: float | None
-    gpu_uuids: list[str]
-    metadata: dict[str, Any]
-    end_reason: str | None = Field(default=None, description="why the server ended the job (state `lost`); "
-                                   "null when whoever ran it reported its end")
-
-
 class JobAck(BaseModel):
     """What an agent token gets back from a registration: enough to carry on, none of the job's metadata
     (name, command, owner), which agents never need to read."""
@@ -86,13 +62,6 @@ class JobAck(BaseModel):
     state: str
     node: str | None
     gpu_uuids: list[str]
-
-
-class JobList(BaseModel):
-    items: list[JobRead]
-    total: int
-    limit: int
-    offset: int
 
 
 class CompareRatios(BaseModel):
