@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from dash import dcc, html
+from flask import current_app
 
 from dashboard import format as fmt
 from dashboard.client import ApiClient, ApiError
@@ -22,8 +24,6 @@ APP_CONFIG_KEY = "FLEETPROF_DASHBOARD"
 def client_for(auth: dict[str, Any] | None) -> ApiClient:
     """The API client for this request's session cookie (or the dashboard's default token, if it has one).
     `auth` (the browser's store) carries no token: callbacks take it as an input to re-run on sign-in."""
-    from flask import current_app
-
     cfg = current_app.config[APP_CONFIG_KEY]
     token = request_token() or cfg["default_token"]
     if not token:
@@ -32,8 +32,6 @@ def client_for(auth: dict[str, Any] | None) -> ApiClient:
 
 
 def is_operator(auth: dict[str, Any] | None) -> bool:
-    from flask import current_app
-
     if request_token():
         return (auth or {}).get("scope") == "operator"
     return current_app.config[APP_CONFIG_KEY]["default_scope"] == "operator"
@@ -90,8 +88,6 @@ def job_link(job_id: str) -> dcc.Link:
 
 
 def node_link(node: str) -> dcc.Link:
-    from urllib.parse import quote
-
     return dcc.Link(node, href=f"/nodes/{quote(node, safe='')}")
 
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from dashboard.client import ApiError
-from fleetprof.api_models import JobList, JobRead
+from fleetprof.api_models import FleetSummary, JobList, JobRead
 from fleetprof.report import JobReport
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,3 +39,7 @@ def job_record(doc: Any) -> JobRead:
 
 def job_list(doc: Any) -> JobList:
     return parse(JobList, doc, "job list")
+
+
+def fleet_summary(doc: Any) -> FleetSummary:
+    return parse(FleetSummary, doc, "fleet summary")

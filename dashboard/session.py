@@ -15,6 +15,7 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
+from flask import has_request_context, redirect, request
 from werkzeug.serving import WSGIRequestHandler
 
 COOKIE = "fleetprof_session"
@@ -54,8 +55,6 @@ def clear_session(response: Any) -> None:
 
 def request_token() -> str | None:
     """The API token of the visitor of the current request (its session cookie), if signed in."""
-    from flask import has_request_context, request
-
     return (request.cookies.get(COOKIE) or None) if has_request_context() else None
 
 
@@ -66,8 +65,6 @@ def fingerprint(token: str) -> str:
 
 def install_token_exchange(server: Any) -> None:
     """`?token=` on any address: set the session cookie and redirect (303) to the address without it."""
-    from flask import redirect, request
-
     @server.before_request
     def _exchange() -> Any:
         if URL_PARAM not in request.args:

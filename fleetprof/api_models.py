@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class JobRead(BaseModel):
@@ -46,3 +46,40 @@ class JobList(BaseModel):
     total: int
     limit: int
     offset: int
+
+
+class JobWaste(BaseModel):
+    """A job's fleet row (server.analysis.fleet.rollup.job_fleet_row), ranked by wasted GPU-hours."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str | None = None
+    team: str | None = None
+    state: str | None = None
+    gpus: int | None = None
+    gpu_hours: float | None = None
+    gpu_busy_fraction: float | None = None
+    wasted_gpu_hours: float | None = Field(None, description="gpu_hours x (1 - gpu_busy_fraction)")
+    memory_stranded_bytes: int | None = None
+    idle_energy_j: float | None = Field(None, description="energy the job's GPUs drew while idle")
+
+
+class FleetSummary(BaseModel):
+    """GET /api/v1/fleet/summary: the fleet over a window, from hourly rollups and the stored job fleet rows."""
+
+    model_config = ConfigDict(extra="allow")
+
+    window_s: float
+    generated_at: float = Field(description="epoch s")
+    gpus: int = Field(description="GPUs with rollups in the window")
+    gpus_total: int
+    gpu_hours: float
+    busy_gpu_hours: float | None
+    busy_fraction: float | None
+    util_weighted_gpu_hours: float | None
+    idle_gpus_now: int | None
+    gpus_unknown_now: int | None
+    energy_j: float | None
+    memory_stranded_bytes: int | None
+    most_wasteful_jobs: list[JobWaste]
+    sources: dict[str, str]

@@ -14,14 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
-
-if TYPE_CHECKING:
-    from server.analysis.base.jobdata import JobData
+from server.analysis.base.jobdata import JobData
+from server.analysis.fleet.rollup import rollup_gpus
 
 SAFETY_MARGIN_FRACTION = 0.15  # VPA's default safety margin
 TARGET_PERCENTILE = 95.0
@@ -172,8 +171,6 @@ def power_cap_choice(runs: Sequence[tuple[float, float, float]], *,
 
 def inputs_from_report(report: Mapping[str, Any], job: JobData) -> dict[str, Any]:
     """The per-run facts right-sizing needs, stored in the report so history queries stay cheap."""
-    from server.analysis.fleet.rollup import rollup_gpus
-
     peaks: list[float] = []
     if job.gpus:
         r = rollup_gpus(job.gpus)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fleetprof.report import MemorySection
+from server.analysis.base.downsample import downsample
 from server.analysis.base.jobdata import GpuSeries, JobData, ProcessPeak, StepSeries, jsonable, nanmax_or_none
 
 # NVML "used" at or above this share of capacity counts as pinned at capacity: the allocator has run out
@@ -153,8 +154,6 @@ def detect_oom(*, state: str | None, exit_code: int | None, oom_events: int,
 
 def memory_timeline(gpus: list[GpuSeries], n_points: int = 200) -> list[dict[str, Any]]:
     """Per-GPU used-memory timeline for the report, min/max downsampled so peaks survive."""
-    from server.analysis.base.downsample import downsample
-
     out = []
     for g in gpus:
         t_d, v_d = downsample(g.ts, used_peak_series(g), n_points)
