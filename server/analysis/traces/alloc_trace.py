@@ -1,7 +1,7 @@
 """Allocation traces: every device allocation as a (size, lifetime, address) row, in numpy arrays.
 
 Three sources build the same `AllocationTrace`:
-- Kineto `[memory]` instant events (`Addr`, `Bytes` > 0 alloc, < 0 free), streamed with `trace_io`;
+- Kineto `[memory]` instant events (`Addr`, `Bytes` > 0 alloc, < 0 free), streamed with `traces.reader`;
 - the allocator event list the snapshot converter emits from `torch.cuda.memory._record_memory_history`
   (`[{"action": "alloc"|"free", "addr", "size", "stream", "time_us"}]`);
 - (size, start, end) triples, the pre-training estimator's own trace.

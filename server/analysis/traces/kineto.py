@@ -1,6 +1,6 @@
 """Summaries of PyTorch profiler (Kineto) traces, streamed in one pass and bounded memory.
 
-One pass over `traceEvents` (via `trace_io`) keeps only compact numeric columns: one row per GPU
+One pass over `traceEvents` (via `traces.reader`) keeps only compact numeric columns: one row per GPU
 activity (start, duration, correlation id, category) and per CPU-side launch (start, correlation id),
 per-kernel-name totals, `ProfilerStep#N` spans and `[memory]` samples. No event dict outlives its
 turn in the loop.
