@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from agent.protocol import SAMPLE_FIELD_NAMES
-from fleetprof.api_models import JobList, JobRead
+from fleetprof.api_models import CompareOut, JobList, JobRead
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
@@ -29,7 +29,7 @@ from server.jobs import plot_series, report_service
 from server.jobs import service as job_service
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
-from server.jobs.schemas import CompareOut, JobAck, JobCreate, JobState, RightsizingOut, StepsOut
+from server.jobs.schemas import JobAck, JobCreate, JobState, RightsizingOut, StepsOut
 from server.models import Gpu, Job, JobStep
 from server.models.base import from_epoch, to_epoch
 from server.responses import json_response
@@ -105,7 +105,7 @@ def parse_compare_ids(ids: str) -> list[str]:
 def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                  ids: str = Query(..., max_length=20 * 201,
                                   description="2 to 20 comma-separated job ids; the first is the baseline"),
-                 ) -> dict[str, Any]:
+                 ) -> CompareOut:
     jobs = job_service.get_visible_jobs(session, job_ids=parse_compare_ids(ids), principal=principal)
     runs = [({"job_id": j.job_id, "name": j.name, "team": j.team, "framework": j.framework,
               "batch_size": j.batch_size, "state": j.state}, report_service.get_report(session, j, settings))
