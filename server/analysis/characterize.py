@@ -67,9 +67,9 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     mem = memory.memory_section(job, gmem, fw)
     top = memory.largest_peak(gmem)
     sources["memory.peak_used_bytes"] = top.source if top else None
-    sources["memory.peak_allocated_bytes"] = fw["source"] if fw["peak_allocated_bytes"] is not None else None
-    sources["memory.peak_reserved_bytes"] = fw["source"] if fw["peak_reserved_bytes"] is not None else None
-    sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw["fragmentation_bytes"] is not None
+    sources["memory.peak_allocated_bytes"] = fw.source if fw.peak_allocated_bytes is not None else None
+    sources["memory.peak_reserved_bytes"] = fw.source if fw.peak_reserved_bytes is not None else None
+    sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw.fragmentation_bytes is not None
                                              else None)
     sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem.process_peak_bytes is not None
                                             else None)
