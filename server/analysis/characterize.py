@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetprof.report import GpuReport, JobReport, Recommendation, Sources, UtilizationSection
+from fleetprof.report import GpuReport, JobReport, Sources, UtilizationSection
 from server.analysis.base.jobdata import GpuSeries, JobData, jsonable
 from server.analysis.energy import accounting as energy_mod
 from server.analysis.fleet import rightsizing
@@ -114,8 +114,7 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
                      sources=Sources.model_validate(sources),
                      rightsizing_inputs=view["rightsizing_inputs"],
-                     recommendations=[Recommendation.model_validate(r)
-                                      for r in jsonable(rightsizing.job_recommendations(view))])
+                     recommendations=rightsizing.job_recommendations(view))
 
 
 def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:

@@ -96,15 +96,14 @@ def test_rightsize_history_every_recommendation_has_reason_evidence_saving():
                 "peak_reserved_bytes": 3 * GIB + bs * 100 * MIB,
                 "interval_peaks_bytes": [4 * GIB + bs * 100 * MIB]} for bs in (16, 32, 64)]
     out = rightsize(history)
-    kinds = {r["kind"] for r in out["recommendations"]}
+    kinds = {r.kind for r in out["recommendations"]}
     assert {"gpu_type", "gpu_count", "batch_size", "power_cap"} <= kinds
     for r in out["recommendations"]:
-        assert {"kind", "summary", "reason", "evidence", "saving"} <= r.keys()
-        assert r["reason"]
-    count = next(r for r in out["recommendations"] if r["kind"] == "gpu_count")
-    assert count["evidence"]["gpu_count"] == 8 and count["saving"]["gpus"] == 8 - 3  # ceil(8·20/70) = 3
-    cap = next(r for r in out["recommendations"] if r["kind"] == "power_cap")
-    assert cap["summary"] == "Power cap needs measuring" and cap["saving"] is None
+        assert r.reason and r.summary
+    count = next(r for r in out["recommendations"] if r.kind == "gpu_count")
+    assert count.evidence["gpu_count"] == 8 and count.saving and count.saving["gpus"] == 8 - 3  # ceil(8·20/70) = 3
+    cap = next(r for r in out["recommendations"] if r.kind == "power_cap")
+    assert cap.summary == "Power cap needs measuring" and cap.saving is None
     assert out["memory"]["observed_peak_bytes"] == 4 * GIB + 64 * 100 * MIB
 
 

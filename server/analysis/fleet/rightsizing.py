@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from fleetprof.report import Recommendation
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
-from server.analysis.base.jobdata import JobData
+from server.analysis.base.jobdata import JobData, jsonable
 from server.analysis.fleet.rollup import rollup_gpus
 
 SAFETY_MARGIN_FRACTION = 0.15  # VPA's default safety margin
@@ -32,9 +33,9 @@ MAX_SLOWDOWN_FRACTION = 0.10  # power cap: least energy among caps at most 10% s
 
 
 def recommendation(kind: str, summary: str, reason: str, evidence: Mapping[str, Any],
-                   saving: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {"kind": kind, "summary": summary, "reason": reason, "evidence": dict(evidence),
-            "saving": None if saving is None else dict(saving)}
+                   saving: Mapping[str, Any] | None) -> Recommendation:
+    return Recommendation.model_validate(jsonable({"kind": kind, "summary": summary, "reason": reason,
+                                                   "evidence": evidence, "saving": saving}))
 
 
 # ---------------------------------------------------------------- memory (VPA)
@@ -212,7 +213,7 @@ def rightsize(history: Sequence[Mapping[str, Any]], *,
     """Recommendations from the runs of one job or recurring job name (reports or their
     `rightsizing_inputs`), newest last."""
     runs = [_inputs(h) for h in history]
-    recs: list[dict[str, Any]] = []
+    recs: list[Recommendation] = []
     out: dict[str, Any] = {"runs": len(runs), "memory": None, "recommendations": recs}
     if not runs:
         return out
@@ -246,7 +247,7 @@ def rightsize(history: Sequence[Mapping[str, Any]], *,
     return out
 
 
-def job_recommendations(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def job_recommendations(report: Mapping[str, Any]) -> list[Recommendation]:
     """Recommendations for one job from its own run alone (the report's `recommendations[]`)."""
     recs = rightsize([report])["recommendations"]
     mem = report.get("memory") or {}
@@ -267,7 +268,7 @@ def _gpu_hours(run: Mapping[str, Any]) -> float | None:
     return d * n / 3600.0 if (d is not None and n) else None
 
 
-def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[dict[str, Any]]:
+def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[Recommendation]:
     fit = smallest_fitting_gpu(target.target_bytes, catalog)
     current = find_model(last["gpu_name"], tuple(catalog)) if last.get("gpu_name") else None
     evidence = {"target_bytes": target.target_bytes, "observed_peak_bytes": target.observed_peak_bytes,
@@ -296,7 +297,7 @@ def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Seque
         {**evidence, "recommended_memory_bytes": fit.memory_bytes}, saving)]
 
 
-def _gpu_count_recs(last: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _gpu_count_recs(last: Mapping[str, Any]) -> list[Recommendation]:
     n, util = last.get("gpu_count"), last.get("gpu_util_mean_pct")
     if not n or n < 2 or util is None or util >= LOW_UTIL_PCT:
         return []
@@ -312,7 +313,7 @@ def _gpu_count_recs(last: Mapping[str, Any]) -> list[dict[str, Any]]:
         {"gpus": n - suggested, "gpu_hours": gh * (n - suggested) / n if gh is not None else None})]
 
 
-def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel]) -> list[dict[str, Any]]:
+def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel]) -> list[Recommendation]:
     hist = [(r["batch_size"], r.get("peak_reserved_bytes") or r.get("peak_used_bytes")) for r in runs
             if r.get("batch_size")]
     fit = fit_batch_memory([(b, m) for b, m in hist if m is not None])
@@ -337,7 +338,7 @@ def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel]) 
         None)]
 
 
-def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> Recommendation:
     pts = [(r.get("power_limit_w"), r.get("energy_per_step_j"), r.get("step_time_s")) for r in runs]
     choice = power_cap_choice([p for p in pts if None not in p])  # type: ignore[misc]
     if choice is None:
