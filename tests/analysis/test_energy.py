@@ -98,10 +98,10 @@ def test_missing_everything_is_unknown_not_zero():
 
 def test_costs_use_pue_for_facility_figures():
     c = energy_costs(3.6e6 * 10, EnergySettings(grid_intensity_g_per_kwh=300, pue=1.5, price_per_kwh_usd=0.2))
-    assert c["kwh"] == pytest.approx(10)
-    assert c["co2e_g"] == pytest.approx(10 * 1.5 * 300)
-    assert c["cost_usd"] == pytest.approx(10 * 1.5 * 0.2)
-    assert energy_costs(None, EnergySettings())["co2e_g"] is None
+    assert c.kwh == pytest.approx(10)
+    assert c.co2e_g == pytest.approx(10 * 1.5 * 300)
+    assert c.cost_usd == pytest.approx(10 * 1.5 * 0.2)
+    assert energy_costs(None, EnergySettings()).co2e_g is None
 
 
 def test_trapezoid_skips_nan_intervals():
