@@ -9,7 +9,6 @@ storage, readable by page scripts) holds only the token's scope and a fingerprin
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -19,7 +18,7 @@ from flask import request
 
 from dashboard.client import ApiClient, ApiError
 from dashboard.components import APP_CONFIG_KEY, is_operator
-from dashboard.session import clear_session, fingerprint, install_token_exchange, request_token
+from dashboard.session import AuthStore, clear_session, fingerprint, install_token_exchange, request_token
 
 PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate")
 
@@ -66,7 +65,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     ])
 
     @app.callback(Output("auth", "data"), Input("url", "pathname"), State("auth", "data"))
-    def _session_from_cookie(_path: str | None, auth: dict[str, Any] | None):
+    def _session_from_cookie(_path: str | None, auth: AuthStore | None):
         """The store follows the session cookie: its scope once per token (for the navigation), nothing without."""
         supplied = request_token()
         if not supplied:
@@ -96,8 +95,9 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 
     @app.callback(Output("nav", "children"), Output("whoami", "children"), Output("signout", "style"),
                   Input("auth", "data"))
-    def _nav(auth: dict[str, Any] | None):
-        signed_in = bool((auth or {}).get("session")) or bool(token)
+    def _nav(auth: AuthStore | None):
+        session = auth.get("session") if auth else None
+        signed_in = bool(session) or bool(token)
         operator = is_operator(auth)
         links = [("Fleet", "/"), ("Nodes", "/nodes")] if operator else []
         links += [("Jobs", "/jobs"), ("Estimator", "/estimate")]
@@ -106,7 +106,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
             return [dcc.Link("Sign in", href="/signin", className="nav-link", id="nav-signin")], "not signed in", \
                 {"display": "none"}
         who = "operator" if operator else "team / scheduler token"
-        if not (auth or {}).get("session"):
+        if not session:
             who += " (dashboard default)"
         return nav, f"signed in: {who}", {}
 

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
 from flask import has_request_context, redirect, request
 from werkzeug.serving import WSGIRequestHandler
 
 COOKIE = "fleetprof_session"
+
+
+class AuthStore(TypedDict):
+    """The browser's `auth` store (session storage, readable by page scripts): never the token itself."""
+
+    session: str  # fingerprint(token)
+    scope: str | None  # "operator" or "reader"; None while the API cannot say (unreachable)
 URL_PARAM = "token"
 
 # What the access log must never show: a token= query parameter (any case, percent-decoded or not) and anything

@@ -11,6 +11,7 @@ from dash.exceptions import PreventUpdate
 from dashboard import format as fmt
 from dashboard.client import ApiError, EstimatorUnavailable
 from dashboard.components import client_for, error_box, kpi, section, table
+from dashboard.session import AuthStore
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd_momentum", "adagrad", "rmsprop")
 PRECISIONS = (("fp32", "fp32"), ("AMP fp16", "amp_fp16"), ("AMP bf16", "amp_bf16"))
@@ -114,7 +115,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   State("est-gpus", "value"), State("auth", "data"), prevent_initial_call=True)
     def _estimate(n: int, source: str, model: str, shape: str, seq_len: int, batch: int,
                   optimizer: str, precision: str, accum: int, options: list[str], gpus: str,
-                  auth: dict[str, Any] | None):
+                  auth: AuthStore | None):
         if not n:
             raise PreventUpdate
         try:

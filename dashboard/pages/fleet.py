@@ -12,6 +12,7 @@ from dashboard import data, figures
 from dashboard import format as fmt
 from dashboard.client import ApiError, gather
 from dashboard.components import APP_CONFIG_KEY, client_for, error_box, is_operator, job_link, kpi, node_link, table
+from dashboard.session import AuthStore
 from fleetprof.api_models import FleetSummary, JobWaste
 
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
@@ -71,7 +72,7 @@ def wasteful_rows(jobs: list[JobWaste]) -> list[list[Any]]:
 def register_callbacks(app: dash.Dash) -> None:
     inputs = (Input("fleet-window", "value"), Input("fleet-interval", "n_intervals"), Input("auth", "data"))
 
-    def _need_operator(auth: dict[str, Any] | None) -> html.Div | None:
+    def _need_operator(auth: AuthStore | None) -> html.Div | None:
         if is_operator(auth):
             return None
         return html.Div(["The fleet overview needs an operator token. See ", dcc.Link("your jobs", href="/jobs"),
@@ -82,7 +83,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   Output("fleet-idle", "children"), Output("fleet-updated", "children"),
                   Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"),
                   Output("fleet-headroom", "figure"), *inputs)
-    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):
+    def _fleet(window: str, _n: int, auth: AuthStore | None):
         """The whole page from three API calls made at once."""
         if (msg := _need_operator(auth)) is not None:
             empty = figures.empty_figure("operator token needed")

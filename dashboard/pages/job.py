@@ -25,6 +25,7 @@ from dashboard import data, figures
 from dashboard import format as fmt
 from dashboard.client import ApiError, gather
 from dashboard.components import by_suffix, client_for, error_box, kpi, section, table
+from dashboard.session import AuthStore
 from fleetprof.api_models import JobRead
 from fleetprof.jobid import job_id_problem
 from fleetprof.report import JobReport, ProcessMemory
@@ -327,7 +328,7 @@ def register_callbacks(app: dash.Dash) -> None:
     @app.callback(Output("job-summary", "children"), Output("job-details", "children"),
                   Output("job-title", "children"), Output("job-layer-bars", "figure"),
                   Input("job-id", "data"), Input("auth", "data"))
-    def _report(job_id: str, auth: dict[str, Any] | None):
+    def _report(job_id: str, auth: AuthStore | None):
         try:
             with client_for(auth) as c:
                 job_doc, report_doc = gather(lambda: c.job(job_id), lambda: c.report(job_id))
@@ -351,7 +352,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-memory", "figure"), Output("job-power", "figure"), Output("job-util", "figure"),
                   Output("job-step-hist", "figure"), Input("job-view", "data"), State("auth", "data"))
-    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):
+    def _timelines(view: dict[str, Any] | None, auth: AuthStore | None):
         """The time plots and step times for the view's range (the whole job when not zoomed)."""
         if not view or not view.get("job_id"):
             raise PreventUpdate
@@ -392,7 +393,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-download", "data"), Input("job-download-button", "n_clicks"), State("job-id", "data"),
                   State("auth", "data"), prevent_initial_call=True)
-    def _download(n: int, job_id: str, auth: dict[str, Any] | None):
+    def _download(n: int, job_id: str, auth: AuthStore | None):
         if not n:
             raise PreventUpdate
         try:

@@ -12,6 +12,7 @@ from dashboard import data
 from dashboard import format as fmt
 from dashboard.client import ApiError
 from dashboard.components import client_for, error_box, job_link, table
+from dashboard.session import AuthStore
 from fleetprof.api_models import JobRead
 
 PAGE_SIZE = 50
@@ -64,7 +65,7 @@ def register_callbacks(app: dash.Dash) -> None:
     @app.callback(Output("jobs-table", "children"), Output("jobs-count", "children"),
                   Input("jobs-offset", "data"), *filters, Input("auth", "data"))
     def _jobs(offset: int, q: str, team: str, state: str, window: str,
-              auth: dict[str, Any] | None):
+              auth: AuthStore | None):
         since = time.time() - float(window) if window else None
         try:
             with client_for(auth) as c:

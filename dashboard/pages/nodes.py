@@ -12,6 +12,7 @@ from dashboard import data
 from dashboard import format as fmt
 from dashboard.client import ApiError
 from dashboard.components import client_for, error_box, job_link, node_link, section, table
+from dashboard.session import AuthStore
 
 
 def layout(**_: Any) -> html.Div:
@@ -29,7 +30,7 @@ def detail_layout(node: str | None) -> html.Div:
 
 def register_callbacks(app: dash.Dash) -> None:
     @app.callback(Output("nodes-table", "children"), Input("auth", "data"))
-    def _nodes(auth: dict[str, Any] | None):
+    def _nodes(auth: AuthStore | None):
         try:
             with client_for(auth) as c:
                 nodes, gpus = c.nodes(), c.gpus()
@@ -49,7 +50,7 @@ def register_callbacks(app: dash.Dash) -> None:
                      rows, id="nodes-list", empty="no nodes have reported yet")
 
     @app.callback(Output("node-detail", "children"), Input("node-name", "data"), Input("auth", "data"))
-    def _detail(name: str, auth: dict[str, Any] | None):
+    def _detail(name: str, auth: AuthStore | None):
         try:
             with client_for(auth) as c:
                 gpus = c.gpus(node=name)
