@@ -156,6 +156,14 @@ def test_agent_imports_no_server_but_the_local_estimate() -> None:
     assert found == []
 
 
+def test_dashboard_reads_only_the_api_and_the_bare_package() -> None:
+    # the dashboard's data comes through the REST API, typed by fleetprof/ (report, api_models): no server or agent code
+    graph = import_graph()
+    found = sorted(f"{m} -> {t}" for m in _under(graph, "dashboard") for t in graph[m]
+                   if t.split(".")[0] in ("server", "agent"))
+    assert found == []
+
+
 def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
     # the reader itself: a cycle made by an import inside a function is found, a one-way import is not
     pkg = tmp_path / "server" / "analysis"
