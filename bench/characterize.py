@@ -19,8 +19,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import write_report  # noqa: E402
+from server.analysis.base.jobdata import GpuSeries, JobData, StepSeries  # noqa: E402
 from server.analysis.characterize import characterize  # noqa: E402
-from server.analysis.jobdata import GpuSeries, JobData, StepSeries  # noqa: E402
 
 GIB = 2**30
 

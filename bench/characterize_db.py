@@ -106,7 +106,7 @@ def load_fleet(factory, n_gpus: int, hours: int, now: float, *, jobs: int,  # ty
         insert_ignore(session, GpuSample.__table__, ["gpu_id", "ts", "gpu_util_pct"],
                       [np.repeat(ids, recent.size).tolist(), np.tile(recent, len(ids)).tolist(),
                        rng.uniform(0, 100, len(ids) * recent.size).tolist()])
-    from server.analysis.fleet import job_fleet_row
+    from server.analysis.fleet.rollup import job_fleet_row
 
     with session_scope(factory) as session:
         rows = [Job(job_id=f"fleet-job-{j:06d}", state="running", started_at=from_epoch(now - 3600), extra={})

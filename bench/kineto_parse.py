@@ -1,7 +1,7 @@
 """Kineto trace import: our streaming summary vs HolisticTraceAnalysis' load, per real trace.
 
 Prints, per trace: size on disk, decompressed JSON size, events, wall time and peak RSS of
-`server.analysis.kineto.summarize_trace`, and wall time and peak RSS of HTA's
+`server.analysis.traces.kineto.summarize_trace`, and wall time and peak RSS of HTA's
 `TraceAnalysis(trace_dir=...)` (which loads the trace into DataFrames). Each measurement runs in its
 own subprocess (peak RSS = `ru_maxrss`); "+MB" is the peak above that interpreter's RSS after its imports,
 i.e. what the parse itself cost.
@@ -49,7 +49,7 @@ def _child(which: str, path: str) -> None:
     warnings.simplefilter("ignore")
     if which == "ours":
         sys.path.insert(0, str(REPO))
-        from server.analysis.kineto import summarize_trace
+        from server.analysis.traces.kineto import summarize_trace
 
         base = _rss_mb()
         t0 = time.perf_counter()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report import write_report  # noqa: E402
-from server.analysis.alloc_trace import AllocationTrace, from_kineto, synthetic_training_trace  # noqa: E402
-from server.analysis.packing import plan_offsets, verify_plan  # noqa: E402
+from server.analysis.planning.packing import plan_offsets, verify_plan  # noqa: E402
+from server.analysis.traces.alloc_trace import AllocationTrace, from_kineto, synthetic_training_trace  # noqa: E402
 
 REAL = {
     "V100 DDP (HTA df_index_resolver)": "kineto/hta/df_index_resolver/df_index_resolver.json.gz",

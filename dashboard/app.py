@@ -9,7 +9,16 @@ storage, readable by page scripts) holds only the token's scope and a fingerprin
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+from dash._callback_context import context_value
+from dash.exceptions import PreventUpdate
+from flask import request
+
+from dashboard.client import ApiClient, ApiError
+from dashboard.components import APP_CONFIG_KEY, is_operator
+from dashboard.session import AuthStore, clear_session, fingerprint, install_token_exchange, request_token
 
 PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate")
 
@@ -20,14 +29,6 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 
     `token`, when given, is used by visitors who have not signed in: only for a single-user dashboard.
     """
-    import dash
-    from dash import Input, Output, State, dcc, html
-    from dash.exceptions import PreventUpdate
-
-    from dashboard.client import ApiClient, ApiError
-    from dashboard.components import APP_CONFIG_KEY
-    from dashboard.session import clear_session, fingerprint, install_token_exchange, request_token
-
     app = dash.Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
                     # None keeps the tab title while callbacks run: Dash's docstring allows it, its annotation says str
                     title="fleetprof", update_title=None, serve_locally=True)  # type: ignore[arg-type]
@@ -64,7 +65,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     ])
 
     @app.callback(Output("auth", "data"), Input("url", "pathname"), State("auth", "data"))
-    def _session_from_cookie(_path: str | None, auth: dict[str, Any] | None):
+    def _session_from_cookie(_path: str | None, auth: AuthStore | None):
         """The store follows the session cookie: its scope once per token (for the navigation), nothing without."""
         supplied = request_token()
         if not supplied:
@@ -94,10 +95,9 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 
     @app.callback(Output("nav", "children"), Output("whoami", "children"), Output("signout", "style"),
                   Input("auth", "data"))
-    def _nav(auth: dict[str, Any] | None):
-        from dashboard.components import is_operator
-
-        signed_in = bool((auth or {}).get("session")) or bool(token)
+    def _nav(auth: AuthStore | None):
+        session = auth.get("session") if auth else None
+        signed_in = bool(session) or bool(token)
         operator = is_operator(auth)
         links = [("Fleet", "/"), ("Nodes", "/nodes")] if operator else []
         links += [("Jobs", "/jobs"), ("Estimator", "/estimate")]
@@ -106,7 +106,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
             return [dcc.Link("Sign in", href="/signin", className="nav-link", id="nav-signin")], "not signed in", \
                 {"display": "none"}
         who = "operator" if operator else "team / scheduler token"
-        if not (auth or {}).get("session"):
+        if not session:
             who += " (dashboard default)"
         return nav, f"signed in: {who}", {}
 
@@ -116,8 +116,6 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
 def _ensure_dash_context() -> None:
     """dash.register_page reads Dash's callback-context variable, which only has a value in the thread that
     imported dash; `fleetprof up` builds the app in a thread of its own."""
-    from dash._callback_context import context_value
-
     try:
         context_value.get()
     except LookupError:
@@ -140,8 +138,6 @@ STATIC_PREFIXES = ("/_dash-component-suites/", "/assets/")
 
 
 def _install_security_headers(server) -> None:
-    from flask import request
-
     @server.after_request
     def _headers(response):
         static = request.path.startswith(STATIC_PREFIXES)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import threading
+
+from dashboard.config import DashboardSettings
+from dashboard.server import serve_dashboard
+from fleetprof.ports import listen
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,12 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
-    from dashboard.config import DashboardSettings
-    from dashboard.server import serve_dashboard
-    from fleetprof.ports import listen
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API call is noise here
     settings = DashboardSettings()

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from dash import dcc, html
+from flask import current_app
 
 from dashboard import format as fmt
 from dashboard.client import ApiClient, ApiError
-from dashboard.session import request_token
+from dashboard.session import AuthStore, request_token
 from fleetprof.jobid import path_segment
 
 APP_CONFIG_KEY = "FLEETPROF_DASHBOARD"
 
 
-def client_for(auth: dict[str, Any] | None) -> ApiClient:
+def client_for(auth: AuthStore | None) -> ApiClient:
     """The API client for this request's session cookie (or the dashboard's default token, if it has one).
     `auth` (the browser's store) carries no token: callbacks take it as an input to re-run on sign-in."""
-    from flask import current_app
-
     cfg = current_app.config[APP_CONFIG_KEY]
     token = request_token() or cfg["default_token"]
     if not token:
@@ -31,11 +31,9 @@ def client_for(auth: dict[str, Any] | None) -> ApiClient:
     return ApiClient(cfg["api_url"], token, timeout_s=cfg["timeout_s"])
 
 
-def is_operator(auth: dict[str, Any] | None) -> bool:
-    from flask import current_app
-
+def is_operator(auth: AuthStore | None) -> bool:
     if request_token():
-        return (auth or {}).get("scope") == "operator"
+        return auth is not None and auth.get("scope") == "operator"
     return current_app.config[APP_CONFIG_KEY]["default_scope"] == "operator"
 
 
@@ -90,8 +88,6 @@ def job_link(job_id: str) -> dcc.Link:
 
 
 def node_link(node: str) -> dcc.Link:
-    from urllib.parse import quote
-
     return dcc.Link(node, href=f"/nodes/{quote(node, safe='')}")
 
 

@@ -12,11 +12,14 @@ against under 0.1 s in SVG. Browsers also cap a page's WebGL contexts (about 16)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+
+from dashboard import format as fmt
+from fleetprof.report import LayerRow
 
 GIB = 2**30
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -204,15 +207,16 @@ def step_time_histogram(steps: dict[str, Any] | None, *, zoomed: bool = False) -
                    date_x=False, xaxis_title=x_title, bargap=0.02)
 
 
-def layer_time_bars(layers: Sequence[dict[str, Any]], top: int = 20) -> go.Figure:
-    rows = [r for r in layers if r.get("total_s") is not None][:top]
+def layer_time_bars(layers: Sequence[LayerRow], top: int = 20) -> go.Figure:
+    rows = [r for r in layers if r.total_s is not None][:top]
     if not rows:
         return empty_figure("no per-layer timings: the job ran without framework hooks", title="Layers")
     rows = rows[::-1]  # largest on top
-    names = [str(r["module"]) for r in rows]
+    names = [r.module for r in rows]
     fig = go.Figure()
-    for key, label, color in (("forward_s", "forward", PALETTE[0]), ("backward_s", "backward", PALETTE[1])):
-        fig.add_trace(go.Bar(y=names, x=[(r.get(key) or 0.0) for r in rows], name=label, orientation="h",
+    for seconds, label, color in (([r.forward_s for r in rows], "forward", PALETTE[0]),
+                                  ([r.backward_s for r in rows], "backward", PALETTE[1])):
+        fig.add_trace(go.Bar(y=names, x=[s or 0.0 for s in seconds], name=label, orientation="h",
                              marker={"color": color}, hovertemplate="%{x:.3f} s<extra>" + label + "</extra>"))
     fig = _layout(fig, title="Time per layer (s, mean per sampled step, children included)", y_title="",
                   date_x=False, barmode="stack", xaxis_title="seconds", height=max(260, 22 * len(rows) + 80),
@@ -354,8 +358,6 @@ _ENERGY_COLORS = {"hardware_counter": PALETTE[1], "integrated_power": PALETTE[4]
 def energy_source_shares(timeline: dict[str, Any] | None) -> str:
     """Where the window's fleet energy came from, e.g. "NVML energy counter 87 %, integrated power 13 %";
     "unknown" when the API does not say."""
-    from dashboard import format as fmt
-
     by_source = (timeline or {}).get("energy_by_source_j") or {}
     totals = {k: sum(v for v in by_source[k] if v is not None) for k in ENERGY_SOURCE_ORDER if k in by_source}
     total = sum(totals.values())
@@ -368,8 +370,6 @@ def energy_source_shares(timeline: dict[str, Any] | None) -> str:
 
 def energy_over_time(timeline: dict[str, Any] | None) -> go.Figure:
     """Fleet energy per hour (kWh), stacked by where it came from (NVML energy counter, integrated power...)."""
-    from dashboard import format as fmt
-
     timeline = timeline or {}
     hours = (timeline or {}).get("hours") or []
     energy = (timeline or {}).get("energy_j") or []
@@ -421,8 +421,6 @@ def relayout_range(relayout: dict[str, Any] | None) -> tuple[float, float] | Non
 def _to_epoch_s(value: Any) -> float:
     if isinstance(value, (int, float)):
         return float(value) / 1000.0
-    from datetime import datetime
-
     text = str(value).replace("T", " ")
     fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S" if text.count(":") == 2 else \
         "%Y-%m-%d %H:%M" if ":" in text else "%Y-%m-%d"

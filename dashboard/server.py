@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 
+from dashboard.config import DashboardSettings
 from fleetprof.ports import listen
 
 log = logging.getLogger(__name__)
@@ -25,10 +26,11 @@ def serve_dashboard(host: str, port: int, api_url: str, token: str | None, stop:
     the link), else on a socket bound here (a port in use: CliError). `token` becomes the default for visitors who
     have not signed in only when the dashboard listens on loopback; on any other address each visitor signs in (the
     printed link carries it)."""
+    # Lazy: Dash and werkzeug are the dashboard extra and take ~1 s to import, and this module is imported by the
+    # CLI's parser (`fleetprof --help` imports every command module) and by `fleetprof up` without the extra.
     from werkzeug.serving import make_server
 
     from dashboard.app import create_dash_app
-    from dashboard.config import DashboardSettings
     from dashboard.session import RedactingRequestHandler
 
     sock = sock or listen(host, port, "dashboard", "--port")

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
+from flask import has_request_context, redirect, request
 from werkzeug.serving import WSGIRequestHandler
 
 COOKIE = "fleetprof_session"
+
+
+class AuthStore(TypedDict):
+    """The browser's `auth` store (session storage, readable by page scripts): never the token itself."""
+
+    session: str  # fingerprint(token)
+    scope: str | None  # "operator" or "reader"; None while the API cannot say (unreachable)
 URL_PARAM = "token"
 
 # What the access log must never show: a token= query parameter (any case, percent-decoded or not) and anything
@@ -54,8 +62,6 @@ def clear_session(response: Any) -> None:
 
 def request_token() -> str | None:
     """The API token of the visitor of the current request (its session cookie), if signed in."""
-    from flask import has_request_context, request
-
     return (request.cookies.get(COOKIE) or None) if has_request_context() else None
 
 
@@ -66,8 +72,6 @@ def fingerprint(token: str) -> str:
 
 def install_token_exchange(server: Any) -> None:
     """`?token=` on any address: set the session cookie and redirect (303) to the address without it."""
-    from flask import redirect, request
-
     @server.before_request
     def _exchange() -> Any:
         if URL_PARAM not in request.args:

@@ -4,7 +4,7 @@ The server never unpickles: the agent (or `fleetprof import-trace`) converts her
 Even here the pickle is read with an unpickler that refuses every global, so a hostile file cannot run
 code: a snapshot is plain dicts, lists, tuples, strings and numbers, which pickle stores without globals.
 
-Output schema `fleetprof.snapshot.v1` (read by `server.analysis.snapshot.parse_snapshot_json`):
+Output schema `fleetprof.snapshot.v1` (read by `server.analysis.traces.snapshot.parse_snapshot_json`):
 
     {"format": "fleetprof.snapshot.v1",
      "segments": [{"device": int, "address": int, "total_size_bytes": int, "stream": int,

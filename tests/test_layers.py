@@ -1,6 +1,7 @@
-"""Layering read from the source: `server.analysis` is pure and acyclic, `agent` runs without `server`, `server`
-and `dashboard` without `agent`, and the bare `fleetprof` package (protocol, REST client, formatting, client
-commands) without any of them. Only `embedded` (the composition roots) brings them together.
+"""Layering read from the source: `server.analysis` is pure and acyclic (modules and subpackages alike), `agent`
+runs without `server`, `server` and `dashboard` without `agent`, and the bare `fleetprof` package (protocol, REST
+client, formatting, client commands) without any of them. Only `embedded` (the composition roots) brings them
+together.
 
 Imports are read with `ast`, so an import inside a function counts like one at the top: a lazy import that dodges
 a cycle at run time is still a cycle in the design. `if TYPE_CHECKING:` imports count too.
@@ -151,6 +152,15 @@ def test_no_import_cycle_inside_analysis() -> None:
     assert cycles(graph, _under(graph, "server.analysis")) == []
 
 
+def test_analysis_subpackages_form_no_cycle() -> None:
+    # one concern per subpackage (memory, time, energy, planning, traces, fleet, base): a concern may use another
+    # only one way round, or the split by concern means nothing
+    graph = package_graph(product_graph(), "server.analysis")
+    assert {"server.analysis.base", "server.analysis.planning", "server.analysis.traces"} <= graph.keys()
+    assert cycles(graph, graph) == []
+    assert graph["server.analysis.base"] == set()  # the shared base leans on no concern
+
+
 def test_analysis_imports_no_io_even_indirectly() -> None:
     graph = product_graph()
     offenders = []
@@ -184,6 +194,14 @@ def test_no_import_cycle_between_product_modules() -> None:
     assert cycles(graph, graph) == []
 
 
+def test_dashboard_reads_only_the_api_and_the_bare_package() -> None:
+    # the dashboard's data comes through the REST API, typed by fleetprof/ (report, api_models): no server or agent code
+    graph = product_graph()
+    found = sorted(f"{m} -> {t}" for m in _under(graph, "dashboard") for t in graph[m]
+                   if t.split(".")[0] in ("server", "agent"))
+    assert found == []
+
+
 def test_the_checks_see_a_cycle_and_a_lazy_import(tmp_path: Path) -> None:
     # the reader itself: a cycle made by an import inside a function is found, a one-way import is not
     pkg = tmp_path / "server" / "analysis"
@@ -213,3 +231,24 @@ def test_the_package_graph_sees_a_cycle_no_two_modules_make(tmp_path: Path) -> N
     assert cycles(graph, graph) == []
     packages = package_graph(graph, "server")
     assert cycles(packages, packages) == [["server.x", "server.y"]]
+
+
+def test_the_package_view_sees_a_cycle_between_subpackages(tmp_path: Path) -> None:
+    # modules that form no cycle among themselves can still tie their subpackages in a knot: x.a -> y.b -> x.c
+    pkg = tmp_path / "server" / "analysis"
+    for top in PRODUCT:
+        (tmp_path / top).mkdir(exist_ok=True)
+    for sub in ("x", "y", "z"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x" / "a.py").write_text("from server.analysis.y import b\n")
+    (pkg / "y" / "b.py").write_text("from server.analysis.x.c import f\n")
+    (pkg / "x" / "c.py").write_text("def f():\n    pass\n")
+    (pkg / "z" / "d.py").write_text("from server.analysis.x import c\n")
+    (pkg / "top.py").write_text("from server.analysis.z import d\n")
+    graph = import_graph(tmp_path)
+    assert cycles(graph, _under(graph, "server.analysis")) == []
+    folded = package_graph(graph, "server.analysis")
+    assert folded["server.analysis.top"] == {"server.analysis.z"}
+    assert cycles(folded, folded) == [["server.analysis.x", "server.analysis.y"]]

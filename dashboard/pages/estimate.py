@@ -8,6 +8,12 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
+from dashboard import format as fmt
+from dashboard.client import ApiError, EstimatorUnavailable
+from dashboard.components import client_for, error_box, kpi, section, table
+from dashboard.figures import memory_breakdown_bar
+from dashboard.session import AuthStore
+
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd_momentum", "adagrad", "rmsprop")
 PRECISIONS = (("fp32", "fp32"), ("AMP fp16", "amp_fp16"), ("AMP bf16", "amp_bf16"))
 
@@ -79,10 +85,6 @@ def build_request(*, source: str, model: str | None, shape: str | None, seq_len:
 
 
 def result_view(res: dict[str, Any]) -> html.Div:
-    from dashboard import format as fmt
-    from dashboard.components import kpi, section, table
-    from dashboard.figures import memory_breakdown_bar
-
     kpis = html.Div([
         kpi("Parameters", f"{fmt.count(res.get('parameter_count'))} ({fmt.gib(res.get('parameter_bytes'))})",
             "model traced on the meta device", id="est-params"),
@@ -111,9 +113,6 @@ def result_view(res: dict[str, Any]) -> html.Div:
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    from dashboard.client import ApiError, EstimatorUnavailable
-    from dashboard.components import client_for, error_box
-
     @app.callback(Output("est-result", "children"), Input("est-submit", "n_clicks"),
                   State("est-source", "value"), State("est-model", "value"), State("est-shape", "value"),
                   State("est-seq-len", "value"), State("est-batch", "value"), State("est-optimizer", "value"),
@@ -121,7 +120,7 @@ def register_callbacks(app: dash.Dash) -> None:
                   State("est-gpus", "value"), State("auth", "data"), prevent_initial_call=True)
     def _estimate(n: int, source: str, model: str, shape: str, seq_len: int, batch: int,
                   optimizer: str, precision: str, accum: int, options: list[str], gpus: str,
-                  auth: dict[str, Any] | None):
+                  auth: AuthStore | None):
         if not n:
             raise PreventUpdate
         try:

@@ -6,16 +6,20 @@ from typing import Any
 
 import dash
 from dash import Input, Output, dcc, html
+from flask import current_app
+
+from dashboard import data, figures
+from dashboard import format as fmt
+from dashboard.client import ApiError, gather
+from dashboard.components import APP_CONFIG_KEY, client_for, error_box, is_operator, job_link, kpi, node_link, table
+from dashboard.session import AuthStore
+from fleetprof.api_models import FleetSummary, JobWaste
 
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
 _GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 
 
 def layout(**_: Any) -> html.Div:
-    from flask import current_app
-
-    from dashboard.components import APP_CONFIG_KEY
-
     refresh_ms = int(current_app.config[APP_CONFIG_KEY]["refresh_s"] * 1000)
     return html.Div([
         html.Div([
@@ -37,60 +41,38 @@ def layout(**_: Any) -> html.Div:
     ])
 
 
-def _first(d: dict[str, Any], *keys: str) -> Any:
-    """The first of `keys` the summary carries (its field names grew over versions)."""
-    return next((d[k] for k in keys if d.get(k) is not None), None)
-
-
-def kpi_cards(summary: dict[str, Any], timeline: dict[str, Any] | None = None) -> list[html.Div]:
+def kpi_cards(summary: FleetSummary, timeline: dict[str, Any] | None = None) -> list[html.Div]:
     """The summary's figures, each with its unit and source; the energy's source split from the timeline's
     per-hour sources when there is one."""
-    from dashboard import figures
-    from dashboard import format as fmt
-    from dashboard.components import kpi
-
-    sources = summary.get("sources") or {}
-    total, reporting = summary.get("gpus_total"), _first(summary, "gpus", "gpus_reporting")
-    unknown_now = summary.get("gpus_unknown_now")
+    sources = summary.sources
+    unknown_now = summary.gpus_unknown_now
     energy_source: str | None = figures.energy_source_shares(timeline) if timeline else fmt.UNKNOWN
-    energy_source = (_first(summary, "energy_source") or sources.get("energy_j")) if energy_source == fmt.UNKNOWN \
-        else f"{energy_source} (hourly rollups)"
+    energy_source = sources.get("energy_j") if energy_source == fmt.UNKNOWN else f"{energy_source} (hourly rollups)"
     return [
-        kpi("GPUs", f"{fmt.count(total, 'GPUs')} ({fmt.count(reporting)} reporting)", "inventory + hourly rollups",
-            id="kpi-gpus"),
-        kpi("Busy share", fmt.fraction_pct(summary.get("busy_fraction")),
-            f"{sources.get('busy_gpu_hours', 'hourly rollups')}: {fmt.hours(summary.get('busy_gpu_hours'))} busy "
-            f"of {fmt.hours(summary.get('gpu_hours'))}", id="kpi-busy"),
-        kpi("Idle GPUs now", fmt.count(summary.get("idle_gpus_now"), "GPUs")
+        kpi("GPUs", f"{fmt.count(summary.gpus_total, 'GPUs')} ({fmt.count(summary.gpus)} reporting)",
+            "inventory + hourly rollups", id="kpi-gpus"),
+        kpi("Busy share", fmt.fraction_pct(summary.busy_fraction),
+            f"{sources.get('busy_gpu_hours', 'hourly rollups')}: {fmt.hours(summary.busy_gpu_hours)} busy "
+            f"of {fmt.hours(summary.gpu_hours)}", id="kpi-busy"),
+        kpi("Idle GPUs now", fmt.count(summary.idle_gpus_now, "GPUs")
             + (f" ({fmt.count(unknown_now)} unknown)" if unknown_now else ""),
             "NVML gpu_util_pct of each GPU's latest sample", id="kpi-idle"),
-        kpi("Energy over window", fmt.energy(summary.get("energy_j")), energy_source, id="kpi-energy"),
-        kpi("Stranded memory", fmt.gib(_first(summary, "memory_stranded_bytes", "stranded_memory_bytes")),
-            _first(sources, "memory_stranded_bytes", "stranded_memory_bytes"), id="kpi-stranded"),
+        kpi("Energy over window", fmt.energy(summary.energy_j), energy_source, id="kpi-energy"),
+        kpi("Stranded memory", fmt.gib(summary.memory_stranded_bytes), sources.get("memory_stranded_bytes"),
+            id="kpi-stranded"),
     ]
 
 
-def wasteful_rows(jobs: list[dict[str, Any]]) -> list[list[Any]]:
-    from dashboard import format as fmt
-    from dashboard.components import job_link
-
-    return [[job_link(j["job_id"]), fmt.text(j.get("team")), fmt.count(_first(j, "gpus", "gpu_count"), "GPUs"),
-             fmt.fraction_pct(j.get("gpu_busy_fraction")) if "gpu_busy_fraction" in j
-             else fmt.pct(j.get("gpu_mean_pct")),
-             fmt.hours(j.get("wasted_gpu_hours")),
-             fmt.gib(_first(j, "memory_stranded_bytes", "stranded_memory_bytes")),
-             fmt.energy(j.get("idle_energy_j"))] for j in jobs]
+def wasteful_rows(jobs: list[JobWaste]) -> list[list[Any]]:
+    return [[job_link(j.job_id) if j.job_id else fmt.UNKNOWN, fmt.text(j.team), fmt.count(j.gpus, "GPUs"),
+             fmt.fraction_pct(j.gpu_busy_fraction), fmt.hours(j.wasted_gpu_hours), fmt.gib(j.memory_stranded_bytes),
+             fmt.energy(j.idle_energy_j)] for j in jobs]
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    from dashboard import figures
-    from dashboard import format as fmt
-    from dashboard.client import ApiError, gather
-    from dashboard.components import client_for, error_box, is_operator, node_link, table
-
     inputs = (Input("fleet-window", "value"), Input("fleet-interval", "n_intervals"), Input("auth", "data"))
 
-    def _need_operator(auth: dict[str, Any] | None) -> html.Div | None:
+    def _need_operator(auth: AuthStore | None) -> html.Div | None:
         if is_operator(auth):
             return None
         return html.Div(["The fleet overview needs an operator token. See ", dcc.Link("your jobs", href="/jobs"),
@@ -101,17 +83,21 @@ def register_callbacks(app: dash.Dash) -> None:
                   Output("fleet-idle", "children"), Output("fleet-updated", "children"),
                   Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"),
                   Output("fleet-headroom", "figure"), *inputs)
-    def _fleet(window: str, _n: int, auth: dict[str, Any] | None):
+    def _fleet(window: str, _n: int, auth: AuthStore | None):
         """The whole page from three API calls made at once."""
         if (msg := _need_operator(auth)) is not None:
             empty = figures.empty_figure("operator token needed")
             return msg, "", "", "", empty, empty, empty
         try:
             with client_for(auth) as c:
-                s, t, h = gather(lambda: c.fleet_summary(window), lambda: c.fleet_timeline(window),
-                                 lambda: c.fleet_headroom(window))
+                answer, t, h = gather(lambda: c.fleet_summary(window), lambda: c.fleet_timeline(window),
+                                      lambda: c.fleet_headroom(window))
         except ApiError as exc:
-            s = t = h = exc
+            answer = t = h = exc
+        try:
+            s = answer if isinstance(answer, ApiError) else data.fleet_summary(answer)
+        except ApiError as exc:
+            s = exc
         if isinstance(t, ApiError):
             heatmap = energy = figures.empty_figure(f"timeline unavailable: {t}")
         else:
@@ -121,14 +107,14 @@ def register_callbacks(app: dash.Dash) -> None:
         if isinstance(s, ApiError):
             return error_box(s, id="fleet-error"), "", "", "", heatmap, energy, headroom
         wasteful = table(["job", "team", "GPUs", "GPU busy", "wasted", "stranded memory", "idle energy"],
-                         wasteful_rows(s.get("most_wasteful_jobs") or []), id="fleet-wasteful-table",
+                         wasteful_rows(s.most_wasteful_jobs), id="fleet-wasteful-table",
                          empty="no job reports in this window")
         idle = table(["node", "GPU", "model", "uuid"],
                      [[node_link(g["node"]), str(g["index"]), fmt.text(g.get("name")), g["uuid"]]
-                      for g in s.get("idle_gpus") or []],
-                     empty=f"{fmt.count(s.get('idle_gpus_now'), 'idle GPUs')} now (the API lists none by name)")
+                      for g in (s.model_extra or {}).get("idle_gpus") or []],  # not declared: a newer API's
+                     empty=f"{fmt.count(s.idle_gpus_now, 'idle GPUs')} now (the API lists none by name)")
         kpis = kpi_cards(s, None if isinstance(t, ApiError) else t)
-        return kpis, wasteful, idle, f"updated {fmt.timestamp(s.get('generated_at'))}", heatmap, energy, headroom
+        return kpis, wasteful, idle, f"updated {fmt.timestamp(s.generated_at)}", heatmap, energy, headroom
 
 
 def register_pages() -> None:

@@ -13,11 +13,22 @@ callback): the plots' own autosize events never reach the server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+
+from dashboard import data, figures
+from dashboard import format as fmt
+from dashboard.client import ApiError, gather
+from dashboard.components import by_suffix, client_for, error_box, kpi, section, table
+from dashboard.session import AuthStore
+from fleetprof.api_models import JobRead
+from fleetprof.jobid import job_id_problem
+from fleetprof.report import JobReport, ProcessMemory
 
 _GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 CONTENT_MAX_PX = 1500  # .content max-width in assets/style.css
@@ -25,11 +36,6 @@ _PAGE_PADDING_PX, _ROW_GAP_PX, _PLOT_MARGINS_PX = 48, 12, 80
 
 
 def layout(job_id: str | None = None, **_: Any) -> html.Div:
-    from urllib.parse import unquote
-
-    from dashboard.components import error_box
-    from fleetprof.jobid import job_id_problem
-
     job_id = unquote(job_id or "")
     problem = job_id_problem(job_id)
     if problem is not None:  # the API would answer 404; say what is wrong with the address instead
@@ -66,135 +72,113 @@ def plot_points(width_px: int | None, *, half: bool) -> int:
 # ------------------------------------------------------------------------------------------------ pieces
 
 
-def summary_section(job: dict[str, Any], report: dict[str, Any]) -> list[Any]:
-    from dashboard import format as fmt
-    from dashboard.components import kpi, table
-
-    mem, tm, ut = report.get("memory") or {}, report.get("time") or {}, report.get("utilization") or {}
-    src = report.get("sources") or {}
-    step = tm.get("step_time_s") or {}
+def summary_section(job: JobRead, report: JobReport | None) -> list[Any]:
+    """Job metadata, warnings (OOM, replayed telemetry, ended by the server) and the headline KPIs (with a report)."""
     meta = table(["name", "team", "state", "node", "GPUs", "started", "ended", "duration", "analyzed"], [[
-        fmt.text(job.get("name")), fmt.text(job.get("team")), job.get("state", fmt.UNKNOWN), fmt.text(job.get("node")),
-        fmt.count(len(job.get("gpu_uuids") or [])), fmt.timestamp(job.get("started_at")),
-        fmt.timestamp(job.get("ended_at")), fmt.seconds(job.get("duration_s")),
-        fmt.timestamp(report.get("analyzed_at")),
+        fmt.text(job.name), fmt.text(job.team), job.state, fmt.text(job.node), fmt.count(len(job.gpu_uuids)),
+        fmt.timestamp(job.started_at), fmt.timestamp(job.ended_at), fmt.seconds(job.duration_s),
+        fmt.timestamp(report.analyzed_at if report else None),
     ]], id="job-meta")
-    replay = (job.get("metadata") or {}).get("replay")
-    kpis = html.Div([
-        kpi("Peak memory used", fmt.gib(mem.get("peak_used_bytes")), fmt.source(src.get("memory.peak_used_bytes")),
-            id="job-peak-used"),
-        kpi("Peak allocated", fmt.gib(mem.get("peak_allocated_bytes")),
-            fmt.source(src.get("memory.peak_allocated_bytes")), id="job-peak-allocated"),
-        kpi("Peak reserved", fmt.gib(mem.get("peak_reserved_bytes")),
-            fmt.source(src.get("memory.peak_reserved_bytes")), id="job-peak-reserved"),
-        kpi("Headroom at peak", fmt.gib(mem.get("headroom_bytes")), "GPU capacity − NVML peak used",
-            id="job-headroom"),
-        kpi("Fragmentation", fmt.gib(mem.get("fragmentation_bytes")), fmt.source(src.get("memory.fragmentation_bytes")),
-            id="job-fragmentation"),
-        kpi("GPU utilization (mean / p95)", f"{fmt.pct(ut.get('gpu_mean_pct'))} / {fmt.pct(ut.get('gpu_p95_pct'))}",
-            fmt.source(src.get("utilization.gpu_mean_pct")), id="job-util-mean"),
-        kpi("GPU busy", fmt.fraction_pct(tm.get("gpu_busy_fraction")), fmt.source(src.get("time.gpu_busy_fraction")),
-            id="job-busy"),
-        kpi("Steps", fmt.count(tm.get("steps"), "steps"), fmt.source(src.get("time.steps")), id="job-steps"),
-        kpi("Step time p50 / p95", f"{fmt.seconds(step.get('p50'))} / {fmt.seconds(step.get('p95'))}",
-            fmt.source(src.get("time.steps")), id="job-step-time"),
-        kpi("Throughput", fmt.count(tm.get("samples_per_s"), "samples/s"),
-            fmt.source(src.get("time.steps")) if tm.get("samples_per_s") is not None else None, id="job-throughput"),
-        kpi("Iteration period", fmt.seconds(tm.get("period_s")), fmt.source(src.get("time.period_s")),
-            id="job-period"),
-    ], className="kpis")
     warnings = []
-    if mem.get("oom_detected") or mem.get("oom_suspected"):
-        what = "Out of memory" if mem.get("oom_detected") else "Out of memory suspected"
-        warnings.append(html.Div([html.B(what + ": "), "; ".join(str(e) for e in mem.get("oom_evidence") or [])],
-                                 className="error", id="job-oom"))
-    if replay:
+    if report and (report.memory.oom_detected or report.memory.oom_suspected):
+        what = "Out of memory" if report.memory.oom_detected else "Out of memory suspected"
+        warnings.append(html.Div([html.B(what + ": "), "; ".join(report.memory.oom_evidence)], className="error",
+                                 id="job-oom"))
+    if job.metadata.get("replay"):
         warnings.append(html.Div("This job's telemetry is a replay of a recording, not live NVML.",
                                  className="notice"))
-    if job.get("end_reason"):  # state "lost": the server ended it, nobody reported how it ended
-        warnings.append(html.Div([html.B("Ended by the server: "), job["end_reason"]], className="notice",
+    if job.end_reason:  # state "lost": the server ended it, nobody reported how it ended
+        warnings.append(html.Div([html.B("Ended by the server: "), job.end_reason], className="notice",
                                  id="job-end-reason"))
-    return [*warnings, meta, kpis]
+    return [*warnings, meta, *([kpis(report)] if report else [])]
 
 
-def energy_card(report: dict[str, Any]) -> html.Section:
-    from dashboard import format as fmt
-    from dashboard.components import section, table
+def kpis(report: JobReport) -> html.Div:
+    mem, tm, ut, src = report.memory, report.time, report.utilization, report.sources
+    return html.Div([
+        kpi("Peak memory used", fmt.gib(mem.peak_used_bytes), fmt.source(src.memory_peak_used_bytes),
+            id="job-peak-used"),
+        kpi("Peak allocated", fmt.gib(mem.peak_allocated_bytes), fmt.source(src.memory_peak_allocated_bytes),
+            id="job-peak-allocated"),
+        kpi("Peak reserved", fmt.gib(mem.peak_reserved_bytes), fmt.source(src.memory_peak_reserved_bytes),
+            id="job-peak-reserved"),
+        kpi("Headroom at peak", fmt.gib(mem.headroom_bytes), "GPU capacity − NVML peak used", id="job-headroom"),
+        kpi("Fragmentation", fmt.gib(mem.fragmentation_bytes), fmt.source(src.memory_fragmentation_bytes),
+            id="job-fragmentation"),
+        kpi("GPU utilization (mean / p95)", f"{fmt.pct(ut.gpu_mean_pct)} / {fmt.pct(ut.gpu_p95_pct)}",
+            fmt.source(src.utilization_gpu_mean_pct), id="job-util-mean"),
+        kpi("GPU busy", fmt.fraction_pct(tm.gpu_busy_fraction), fmt.source(src.time_gpu_busy_fraction),
+            id="job-busy"),
+        kpi("Steps", fmt.count(tm.steps, "steps"), fmt.source(src.time_steps), id="job-steps"),
+        kpi("Step time p50 / p95", f"{fmt.seconds(tm.step_time_s.p50)} / {fmt.seconds(tm.step_time_s.p95)}",
+            fmt.source(src.time_steps), id="job-step-time"),
+        kpi("Throughput", fmt.count(tm.samples_per_s, "samples/s"),
+            fmt.source(src.time_steps) if tm.samples_per_s is not None else None, id="job-throughput"),
+        kpi("Iteration period", fmt.seconds(tm.period_s), fmt.source(src.time_period_s), id="job-period"),
+    ], className="kpis")
 
-    e = report.get("energy") or {}
-    source = fmt.energy_source(e.get("source"))
-    if e.get("source") == "mixed":
+
+def energy_card(report: JobReport) -> html.Section:
+    e = report.energy
+    source = fmt.energy_source(e.source)
+    if e.source == "mixed":
         source += " (some GPUs or intervals had no usable counter)"
-    if e.get("counter_resets"):
-        source += f"; {e['counter_resets']:,} counter resets bridged with integrated power"
+    if e.counter_resets:
+        source += f"; {e.counter_resets:,} counter resets bridged with integrated power"
 
     def kwh(value: float | None, extra: str = "") -> str:
         return fmt.UNKNOWN if value is None else f"{value:,.4f} kWh{extra}"
 
     rows = [
-        ["energy (all GPUs)", fmt.energy(e.get("energy_j"))],
-        ["GPU energy", kwh(e.get("kwh"))],
-        ["facility energy (× PUE)", kwh(e.get("facility_kwh"), f" (PUE {e['pue']})" if e.get("pue") else "")],
-        ["mean power (all GPUs)", fmt.watts(e.get("mean_power_w"))],
-        ["energy per step", fmt.energy(e.get("energy_per_step_j"))],
-        ["energy per sample", fmt.energy(e.get("per_sample_j"))],
-        ["idle energy", f"{fmt.energy(e.get('idle_energy_j'))} ({fmt.fraction_pct(e.get('idle_energy_fraction'))})"],
-        ["CO2e", f"{fmt.grams(e.get('co2e_g'))} at {fmt.count(e.get('grid_intensity_g_per_kwh'), 'g/kWh')}"],
-        ["cost", f"{fmt.usd(e.get('cost_usd'))} at {fmt.usd(e.get('price_per_kwh_usd'))}/kWh"],
+        ["energy (all GPUs)", fmt.energy(e.energy_j)],
+        ["GPU energy", kwh(e.kwh)],
+        ["facility energy (× PUE)", kwh(e.facility_kwh, f" (PUE {e.pue})" if e.pue else "")],
+        ["mean power (all GPUs)", fmt.watts(e.mean_power_w)],
+        ["energy per step", fmt.energy(e.energy_per_step_j)],
+        ["energy per sample", fmt.energy(e.per_sample_j)],
+        ["idle energy", f"{fmt.energy(e.idle_energy_j)} ({fmt.fraction_pct(e.idle_energy_fraction)})"],
+        ["CO2e", f"{fmt.grams(e.co2e_g)} at {fmt.count(e.grid_intensity_g_per_kwh, 'g/kWh')}"],
+        ["cost", f"{fmt.usd(e.cost_usd)} at {fmt.usd(e.price_per_kwh_usd)}/kWh"],
     ]
     return section("Energy", html.P(["source: ", html.B(source, id="job-energy-source")]),
                    table(["", "value"], rows, id="job-energy"), id="job-energy-card")
 
 
-def recommendations_section(report: dict[str, Any]) -> html.Section:
-    from dashboard import format as fmt
-    from dashboard.components import section
-
-    recs = report.get("recommendations") or []
+def recommendations_section(report: JobReport) -> html.Section:
     items = []
-    for r in recs:
-        line = saving_line(r.get("saving"))
-        items.append(html.Li([html.B(fmt.text(r.get("summary"))), html.Span(f" ({r.get('kind')})", className="muted"),
-                              html.Div(["why: ", fmt.text(r.get("reason"))]),
+    for r in report.recommendations:
+        line = saving_line(r.saving)
+        items.append(html.Li([html.B(fmt.text(r.summary)), html.Span(f" ({r.kind})", className="muted"),
+                              html.Div(["why: ", fmt.text(r.reason)]),
                               html.Div(line) if line else None]))
     body = html.Ul(items, id="job-recommendations") if items else html.Div("no recommendations", className="empty")
     return section("Recommendations", body)
 
 
-def saving_line(saving: Any) -> str | None:
+def saving_line(saving: Mapping[str, Any] | None) -> str | None:
     """A recommendation's saving, each figure by its unit; when every figure is negative (a larger GPU to stop
     OOMs costs more), said as the extra cost it is rather than as a negative saving."""
-    from dashboard import format as fmt
-    from dashboard.components import by_suffix
-
     if saving is None:
         return None
-    if not isinstance(saving, dict):
-        return f"saving: {fmt.text(saving)}"
     numbers = {k: v for k, v in saving.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if numbers and all(v < 0 for v in numbers.values()):
         return "extra cost: " + ", ".join(by_suffix(k, -numbers[k] if k in numbers else v) for k, v in saving.items())
     return "saving: " + ", ".join(by_suffix(k, v) for k, v in saving.items())
 
 
-def _plan_table(plan: dict[str, Any], keys: tuple[str, ...]) -> html.Table | html.Div:
-    from dashboard.components import by_suffix, table
-
+def _plan_table(plan: Mapping[str, Any], keys: tuple[str, ...]) -> html.Table | html.Div:
     return table(["", "value"], [[k.replace("_", " "), by_suffix(k, plan.get(k))] for k in keys if k in plan])
 
 
-def optimization_section(report: dict[str, Any]) -> html.Section | None:
+def optimization_section(report: JobReport) -> html.Section | None:
     """Offset plan (planned peak vs observed reserved vs the lower bound), swap plan, fragmentation findings,
-    from the job's allocation trace; any other part of the plan as a table of its fields."""
-    from dashboard import figures
-    from dashboard import format as fmt
-    from dashboard.components import by_suffix, section, table
-
-    opt = report.get("optimization")
+    from the job's allocation trace; any other part of the plan as a table of its fields. The plans are the
+    trace analyzers' documents (OPEN in the report): read by key."""
+    opt = report.optimization
     if not opt:
         return None
-    parts: list[Any] = [html.P(["from ", html.B(fmt.text((report.get("sources") or {}).get("optimization")
-                                                         or opt.get("source")))], className="muted")]
+    parts: list[Any] = [html.P(["from ", html.B(fmt.text(report.sources.optimization or opt.get("source")))],
+                               className="muted")]
     offset, swap = opt.get("offset_plan"), opt.get("swap_plan")
     if opt.get("memory_breakdown"):
         parts.append(dcc.Graph(id="job-memory-breakdown", config=_GRAPH_CONFIG, figure=figures.memory_breakdown_bar(
@@ -245,9 +229,7 @@ def optimization_section(report: dict[str, Any]) -> html.Section | None:
     return section("Optimization plans", *parts, id="job-optimization")
 
 
-def offset_plan_sentence(plan: dict[str, Any]) -> str:
-    from dashboard import format as fmt
-
+def offset_plan_sentence(plan: Mapping[str, Any]) -> str:
     planned, bound, observed = plan.get("planned_bytes"), plan.get("lower_bound_bytes"), \
         plan.get("observed_reserved_bytes")
     text = f"Placing every traced allocation at a planned offset needs {fmt.gib(planned)}"
@@ -261,9 +243,7 @@ def offset_plan_sentence(plan: dict[str, Any]) -> str:
     return text + "."
 
 
-def swap_plan_sentence(plan: dict[str, Any]) -> str:
-    from dashboard import format as fmt
-
+def swap_plan_sentence(plan: Mapping[str, Any]) -> str:
     text = (f"Offloading {fmt.count(plan.get('tensors_swapped'), 'tensors')} to host memory during their idle "
             f"windows lowers the peak from {fmt.gib(plan.get('old_peak_bytes'))} to "
             f"{fmt.gib(plan.get('new_peak_bytes'))} ({fmt.gib(plan.get('saved_bytes'))} saved)")
@@ -275,15 +255,10 @@ def swap_plan_sentence(plan: dict[str, Any]) -> str:
     return text + "."
 
 
-def layers_section(report: dict[str, Any]) -> html.Section:
-    from dashboard import format as fmt
-    from dashboard.components import section, table
-
-    layers = (report.get("time") or {}).get("layers") or []
-    rows = [[fmt.text(r.get("module")), fmt.text(r.get("module_type")), fmt.seconds(r.get("forward_s")),
-             fmt.seconds(r.get("backward_s")), fmt.seconds(r.get("total_s")), fmt.fraction_pct(r.get("time_fraction")),
-             fmt.fraction_pct(r.get("self_time_fraction")), fmt.size(r.get("activation_bytes")),
-             fmt.count(r.get("calls"))] for r in layers]
+def layers_section(report: JobReport) -> html.Section:
+    rows = [[fmt.text(r.module), fmt.text(r.module_type), fmt.seconds(r.forward_s), fmt.seconds(r.backward_s),
+             fmt.seconds(r.total_s), fmt.fraction_pct(r.time_fraction), fmt.fraction_pct(r.self_time_fraction),
+             fmt.size(r.activation_bytes), fmt.count(r.calls)] for r in report.time.layers]
     # Shares are of the step: inclusive (children included, the model itself ~100 %) and self (without them).
     return section("Layers (framework hooks, per sampled step)",
                    table(["module", "type", "forward", "backward", "total", "share of step", "self share",
@@ -291,72 +266,54 @@ def layers_section(report: dict[str, Any]) -> html.Section:
                          rows, id="job-layers", empty="no per-layer data: the job ran without framework hooks"))
 
 
-def framework_section(report: dict[str, Any]) -> html.Section | None:
+def framework_section(report: JobReport) -> html.Section | None:
     """What the hooks read inside the training process (batch size, model, optimizer, precision); None without hooks."""
-    from dashboard import format as fmt
-    from dashboard.components import section, table
-
-    fw = report.get("framework")
-    if not fw:
+    fw = report.framework
+    if fw is None:
         return None
-    batch = (f"{fmt.count(report.get('batch_size'))} ({fmt.text(fw.get('batch_size_source'))}; hooks read "
-             f"{fmt.count(fw.get('batch_size_observed'))} from {fmt.text(fw.get('batch_size_observed_source'))})")
-    precision = f"{fmt.text(fw.get('precision'))} ({fmt.text(fw.get('precision_source'))})"
-    device = f"{fmt.text(fw.get('device'))}: {fmt.gib(fw.get('device_memory_total_bytes'))} " \
-             f"({fmt.text(fw.get('device_memory_source'))})"
-    rows = [[batch, fmt.text(fw.get("model_class")), fmt.count(fw.get("parameter_count"), "parameters"),
-             ", ".join(fw.get("optimizers") or []) or fmt.UNKNOWN, precision, device]]
+    batch = (f"{fmt.count(report.batch_size)} ({fmt.text(fw.batch_size_source)}; hooks read "
+             f"{fmt.count(fw.batch_size_observed)} from {fmt.text(fw.batch_size_observed_source)})")
+    precision = f"{fmt.text(fw.precision)} ({fmt.text(fw.precision_source)})"
+    device = f"{fmt.text(fw.device)}: {fmt.gib(fw.device_memory_total_bytes)} ({fmt.text(fw.device_memory_source)})"
+    rows = [[batch, fmt.text(fw.model_class), fmt.count(fw.parameter_count, "parameters"),
+             ", ".join(fw.optimizers or []) or fmt.UNKNOWN, precision, device]]
     return section("Training process (framework hooks)",
                    table(["batch size (source)", "model", "parameters", "optimizers", "precision", "device memory"],
                          rows, id="job-framework"))
 
 
-def gpus_section(report: dict[str, Any]) -> html.Section:
-    from dashboard import format as fmt
-    from dashboard.components import section, table
-
-    rows = [[g.get("uuid"), fmt.text(g.get("name")), fmt.gib(g.get("memory_total_bytes")),
-             fmt.gib(g.get("peak_used_bytes")), fmt.gib(g.get("headroom_bytes")), fmt.pct(g.get("gpu_util_mean_pct")),
-             fmt.watts(g.get("mean_power_w")), fmt.watts(g.get("power_limit_w")),
-             f"{fmt.energy(g.get('energy_j'))} ({fmt.energy_source(g.get('energy_source'))})",
-             fmt.count(g.get("samples"))] for g in report.get("gpus") or []]
+def gpus_section(report: JobReport) -> html.Section:
+    rows = [[g.uuid, fmt.text(g.name), fmt.gib(g.memory_total_bytes), fmt.gib(g.peak_used_bytes),
+             fmt.gib(g.headroom_bytes), fmt.pct(g.gpu_util_mean_pct), fmt.watts(g.mean_power_w),
+             fmt.watts(g.power_limit_w), f"{fmt.energy(g.energy_j)} ({fmt.energy_source(g.energy_source)})",
+             fmt.count(g.samples)]
+            for g in report.gpus]
     return section("GPUs (NVML)", table(["uuid", "model", "capacity", "peak used", "headroom", "mean util",
                                          "mean power", "power limit", "energy (source)", "samples"], rows,
                                         id="job-gpus"))
 
 
-def processes_section(report: dict[str, Any]) -> html.Section:
-    from dashboard import format as fmt
-    from dashboard.components import section, table
+def processes_section(report: JobReport) -> html.Section:
+    mem = report.memory
 
-    mem = report.get("memory") or {}
-    job_id = report.get("job_id")
+    def row(p: ProcessMemory) -> list[str]:
+        return [fmt.count(p.pid), fmt.text(p.gpu_uuid), p.whose, fmt.text(p.attribution), fmt.gib(p.peak_used_bytes),
+                fmt.timestamp(p.first_seen), fmt.timestamp(p.last_seen)]
 
-    def whose(p: dict[str, Any]) -> str:
-        if p.get("whose"):
-            return str(p["whose"])
-        if p.get("job_id") is None:  # reports of analyzer version 2 named other jobs
-            return "unattributed"
-        return "this job" if p["job_id"] == job_id else f"job {p['job_id']}"
-
-    rows = [[fmt.count(p.get("pid")), fmt.text(p.get("gpu_uuid")), whose(p), fmt.text(p.get("attribution")),
-             fmt.gib(p.get("peak_used_bytes")), fmt.timestamp(p.get("first_seen")), fmt.timestamp(p.get("last_seen"))]
-            for p in mem.get("processes") or []]
-    summary = (f"largest process of this job {fmt.gib(mem.get('process_peak_bytes'))}; other processes on its GPUs: "
-               f"{fmt.count(mem.get('other_processes'))}, up to {fmt.gib(mem.get('other_processes_peak_bytes'))} "
+    summary = (f"largest process of this job {fmt.gib(mem.process_peak_bytes)}; other processes on its GPUs: "
+               f"{fmt.count(mem.other_processes)}, up to {fmt.gib(mem.other_processes_peak_bytes)} "
                f"on one GPU (sum of their peaks)")
     return section("Processes on the job's GPUs (NVML per-process memory)",
                    html.P(summary, className="muted"),
-                   table(["pid", "GPU", "whose", "attributed by", "peak used", "first seen", "last seen"], rows,
-                         id="job-processes", empty="no per-process rows: the agent did not list the GPUs' processes"))
+                   table(["pid", "GPU", "whose", "attributed by", "peak used", "first seen", "last seen"],
+                         [row(p) for p in mem.processes], id="job-processes",
+                         empty="no per-process rows: the agent did not list the GPUs' processes"))
 
 
-def sources_section(report: dict[str, Any]) -> html.Section:
-    from dashboard import format as fmt
-    from dashboard.components import section, table
-
-    rows = [[k, fmt.source(v) if v is not None else "unknown (not measured)"]
-            for k, v in sorted((report.get("sources") or {}).items())]
+def sources_section(report: JobReport) -> html.Section:
+    # the keys the report holds: a figure whose source was never set is not listed as unknown
+    named = report.sources.model_dump(by_alias=True, exclude_unset=True)
+    rows = [[k, fmt.source(v) if v is not None else "unknown (not measured)"] for k, v in sorted(named.items())]
     return section("Where each figure came from", table(["figure", "source"], rows))
 
 
@@ -389,31 +346,26 @@ function(jobId, auth, memory, power, util, current) {
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    from dashboard import figures
-    from dashboard.client import ApiError, gather
-    from dashboard.components import client_for, error_box
-
     @app.callback(Output("job-summary", "children"), Output("job-details", "children"),
                   Output("job-title", "children"), Output("job-layer-bars", "figure"),
                   Input("job-id", "data"), Input("auth", "data"))
-    def _report(job_id: str, auth: dict[str, Any] | None):
-        from dashboard.format import text
-
+    def _report(job_id: str, auth: AuthStore | None):
         try:
             with client_for(auth) as c:
-                job, report = gather(lambda: c.job(job_id), lambda: c.report_json(job_id))
+                job_doc, report_doc = gather(lambda: c.job(job_id), lambda: c.report_json(job_id))
+            for answer in (job_doc, report_doc):
+                if isinstance(answer, ApiError):
+                    raise answer
+            job, report = data.job_record(job_doc), data.job_report(report_doc)
         except ApiError as exc:
-            job = report = exc
-        if isinstance(job, ApiError) or isinstance(report, ApiError):
-            failed = next(a for a in (job, report) if isinstance(a, ApiError))
-            return error_box(failed, id="job-error"), [], job_id, figures.empty_figure("not available")
+            return error_box(exc, id="job-error"), [], job_id, figures.empty_figure("not available")
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    optimization_section(report), framework_section(report), layers_section(report),
                    gpus_section(report),
                    processes_section(report), sources_section(report)]
-        title = [job_id, html.Span(f" · {text(job.get('name'))}", className="muted")] if job.get("name") else job_id
-        layers = figures.layer_time_bars((report.get("time") or {}).get("layers") or [])
+        title = [job_id, html.Span(f" · {job.name}", className="muted")] if job.name else job_id
+        layers = figures.layer_time_bars(report.time.layers)
         return summary_section(job, report), [d for d in details if d is not None], title, layers
 
     app.clientside_callback(_VIEW_JS, Output("job-view", "data"), Input("job-id", "data"), Input("auth", "data"),
@@ -422,7 +374,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-memory", "figure"), Output("job-power", "figure"), Output("job-util", "figure"),
                   Output("job-step-hist", "figure"), Input("job-view", "data"), State("auth", "data"))
-    def _timelines(view: dict[str, Any] | None, auth: dict[str, Any] | None):
+    def _timelines(view: dict[str, Any] | None, auth: AuthStore | None):
         """The time plots and step times for the view's range (the whole job when not zoomed)."""
         if not view or not view.get("job_id"):
             raise PreventUpdate
@@ -463,7 +415,7 @@ def register_callbacks(app: dash.Dash) -> None:
 
     @app.callback(Output("job-download", "data"), Input("job-download-button", "n_clicks"), State("job-id", "data"),
                   State("auth", "data"), prevent_initial_call=True)
-    def _download(n: int, job_id: str, auth: dict[str, Any] | None):
+    def _download(n: int, job_id: str, auth: AuthStore | None):
         if not n:
             raise PreventUpdate
         try:

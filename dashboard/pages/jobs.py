@@ -8,6 +8,13 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
+from dashboard import data
+from dashboard import format as fmt
+from dashboard.client import ApiError
+from dashboard.components import client_for, error_box, job_link, table
+from dashboard.session import AuthStore
+from fleetprof.api_models import JobRead
+
 PAGE_SIZE = 50
 STATES = ("pending", "running", "finished", "failed", "killed", "oom", "lost")
 WINDOWS = (("any time", ""), ("last hour", "3600"), ("last 24 hours", "86400"), ("last 7 days", "604800"),
@@ -35,19 +42,13 @@ def layout(team: str | None = None, state: str | None = None, q: str | None = No
     ])
 
 
-def job_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
-    from dashboard import format as fmt
-    from dashboard.components import job_link
-
-    return [[job_link(j["job_id"]), fmt.text(j.get("name")), fmt.text(j.get("team")), j["state"],
-             fmt.text(j.get("node")), fmt.count(len(j.get("gpu_uuids") or []), "GPUs"),
-             fmt.timestamp(j.get("started_at")), fmt.seconds(j.get("duration_s"))] for j in items]
+def job_rows(items: list[JobRead]) -> list[list[Any]]:
+    return [[job_link(j.job_id), fmt.text(j.name), fmt.text(j.team), j.state, fmt.text(j.node),
+             fmt.count(len(j.gpu_uuids), "GPUs"), fmt.timestamp(j.started_at), fmt.seconds(j.duration_s)]
+            for j in items]
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    from dashboard.client import ApiError
-    from dashboard.components import client_for, error_box, table
-
     filters = (Input("jobs-q", "value"), Input("jobs-team", "value"), Input("jobs-state", "value"),
                Input("jobs-window", "value"))
 
@@ -64,16 +65,16 @@ def register_callbacks(app: dash.Dash) -> None:
     @app.callback(Output("jobs-table", "children"), Output("jobs-count", "children"),
                   Input("jobs-offset", "data"), *filters, Input("auth", "data"))
     def _jobs(offset: int, q: str, team: str, state: str, window: str,
-              auth: dict[str, Any] | None):
+              auth: AuthStore | None):
         since = time.time() - float(window) if window else None
         try:
             with client_for(auth) as c:
-                page = c.jobs(q=(q or "").strip() or None, team=(team or "").strip() or None, state=state,
-                              since=since, limit=PAGE_SIZE, offset=offset or 0)
+                page = data.job_list(c.jobs(q=(q or "").strip() or None, team=(team or "").strip() or None,
+                                            state=state, since=since, limit=PAGE_SIZE, offset=offset or 0))
         except ApiError as exc:
             return error_box(exc), ""
-        rows = job_rows(page["items"])
-        shown = f"{offset + 1}–{offset + len(rows)} of {page['total']} jobs" if rows else f"{page['total']} jobs"
+        rows = job_rows(page.items)
+        shown = f"{offset + 1}–{offset + len(rows)} of {page.total} jobs" if rows else f"{page.total} jobs"
         return table(["job", "name", "team", "state", "node", "GPUs", "started", "duration"], rows, id="jobs-list",
                      empty="no jobs match"), shown
 

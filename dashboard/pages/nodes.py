@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 import dash
 from dash import Input, Output, dcc, html
+
+from dashboard import data
+from dashboard import format as fmt
+from dashboard.client import ApiError
+from dashboard.components import client_for, error_box, job_link, node_link, section, table
+from dashboard.session import AuthStore
 
 
 def layout(**_: Any) -> html.Div:
@@ -13,8 +20,6 @@ def layout(**_: Any) -> html.Div:
 
 
 def detail_layout(node: str | None) -> html.Div:
-    from urllib.parse import unquote
-
     name = unquote(node or "")
     return html.Div([
         dcc.Store(id="node-name", data=name),
@@ -24,12 +29,8 @@ def detail_layout(node: str | None) -> html.Div:
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    from dashboard import format as fmt
-    from dashboard.client import ApiError
-    from dashboard.components import client_for, error_box, job_link, node_link, section, table
-
     @app.callback(Output("nodes-table", "children"), Input("auth", "data"))
-    def _nodes(auth: dict[str, Any] | None):
+    def _nodes(auth: AuthStore | None):
         try:
             with client_for(auth) as c:
                 nodes, gpus = c.nodes(), c.gpus()
@@ -49,25 +50,24 @@ def register_callbacks(app: dash.Dash) -> None:
                      rows, id="nodes-list", empty="no nodes have reported yet")
 
     @app.callback(Output("node-detail", "children"), Input("node-name", "data"), Input("auth", "data"))
-    def _detail(name: str, auth: dict[str, Any] | None):
+    def _detail(name: str, auth: AuthStore | None):
         try:
             with client_for(auth) as c:
                 gpus = c.gpus(node=name)
-                running = c.jobs(state="running", limit=1000)["items"]
+                running = data.job_list(c.jobs(state="running", limit=1000)).items
         except ApiError as exc:
             return error_box(exc)
         if not gpus:
             return error_box(f"no GPUs known on node {name!r}")
         uuids = {g["uuid"] for g in gpus}
-        jobs = [j for j in running if j.get("node") == name or uuids.intersection(j.get("gpu_uuids") or [])]
+        jobs = [j for j in running if j.node == name or uuids.intersection(j.gpu_uuids)]
         gpu_rows = [[str(g["index"]), fmt.text(g["name"]), fmt.gib(g.get("memory_total_bytes")),
                      "healthy" if g["healthy"] else "UNHEALTHY", fmt.watts(g.get("power_limit_w")),
                      fmt.text(g.get("power_source")),
                      f"slice of {g['mig_parent_uuid']}" if g.get("mig_parent_uuid") else "no",  # known: not unknown
                      fmt.timestamp(g.get("last_seen_at")), g["uuid"]] for g in gpus]
-        job_rows = [[job_link(j["job_id"]), fmt.text(j.get("name")), fmt.text(j.get("team")),
-                     fmt.count(len(j.get("gpu_uuids") or []), "GPUs"), fmt.timestamp(j.get("started_at"))]
-                    for j in jobs]
+        job_rows = [[job_link(j.job_id), fmt.text(j.name), fmt.text(j.team), fmt.count(len(j.gpu_uuids), "GPUs"),
+                     fmt.timestamp(j.started_at)] for j in jobs]
         return [section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG device",
                                        "last seen", "uuid"], gpu_rows, id="node-gpus")),
                 section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,

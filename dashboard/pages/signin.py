@@ -7,6 +7,11 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from flask import current_app, request
+
+from dashboard.client import ApiClient, ApiError
+from dashboard.components import APP_CONFIG_KEY, error_box
+from dashboard.session import fingerprint, set_session
 
 
 def layout(**_: Any) -> html.Div:
@@ -23,19 +28,11 @@ def layout(**_: Any) -> html.Div:
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    from dashboard.client import ApiError
-    from dashboard.components import APP_CONFIG_KEY, error_box
-
     @app.callback(Output("auth", "data", allow_duplicate=True), Output("url", "pathname", allow_duplicate=True),
                   Output("signin-message", "children"),
                   Input("signin-submit", "n_clicks"), Input("signin-token", "n_submit"),
                   State("signin-token", "value"), prevent_initial_call=True)
     def _sign_in(_clicks: int, _submit: int, token: str | None):
-        from flask import current_app, request
-
-        from dashboard.client import ApiClient
-        from dashboard.session import fingerprint, set_session
-
         token = (token or "").strip()
         if not token:
             raise PreventUpdate

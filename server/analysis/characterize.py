@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from fleetprof.report import FrameworkSection, GpuReport, JobReport, Recommendation, Sources, UtilizationSection
-from server.analysis import energy as energy_mod
-from server.analysis import memory, rightsizing, timing
-from server.analysis.jobdata import GpuSeries, JobData, jsonable
-from server.analysis.power_limit import gpu_setting
+from fleetprof.report import FrameworkSection, GpuReport, JobReport, Sources, UtilizationSection
+from server.analysis.base.jobdata import GpuSeries, JobData, jsonable
+from server.analysis.energy import accounting as energy_mod
+from server.analysis.energy.power_limit import gpu_setting
+from server.analysis.fleet import rightsizing
+from server.analysis.memory import usage as memory
+from server.analysis.time import timing
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +69,9 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     mem = memory.memory_section(job, gmem, fw)
     top = memory.largest_peak(gmem)
     sources["memory.peak_used_bytes"] = top.source if top else None
-    sources["memory.peak_allocated_bytes"] = fw["source"] if fw["peak_allocated_bytes"] is not None else None
-    sources["memory.peak_reserved_bytes"] = fw["source"] if fw["peak_reserved_bytes"] is not None else None
-    sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw["fragmentation_bytes"] is not None
+    sources["memory.peak_allocated_bytes"] = fw.source if fw.peak_allocated_bytes is not None else None
+    sources["memory.peak_reserved_bytes"] = fw.source if fw.peak_reserved_bytes is not None else None
+    sources["memory.fragmentation_bytes"] = ("framework:reserved-allocated" if fw.fragmentation_bytes is not None
                                              else None)
     sources["memory.process_peak_bytes"] = ("nvml:per-process used memory" if mem.process_peak_bytes is not None
                                             else None)
@@ -116,8 +118,7 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
                      sources=Sources.model_validate(sources), **framework,
                      rightsizing_inputs=view["rightsizing_inputs"],
-                     recommendations=[Recommendation.model_validate(r)
-                                      for r in jsonable(rightsizing.job_recommendations(view))])
+                     recommendations=rightsizing.job_recommendations(view))
 
 
 def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:

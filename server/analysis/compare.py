@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fleetprof.api_models import CompareOut
+
 GIB = 2**30
 # Ratios within this fraction of 1 read as "the same" in the findings (the ratios themselves stay exact).
 SAME_FRACTION = 0.05
@@ -149,7 +151,7 @@ def _best(rows: Sequence[Mapping[str, Any]], key: str, *, lowest: bool) -> str |
     return pick["job_id"]
 
 
-def compare_runs(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> dict[str, Any]:
+def compare_runs(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> CompareOut:
     """Compare (job metadata, report) pairs; the first is the baseline.
 
     Returns `baseline_job_id`, `jobs[]` (run_row figures plus `vs_baseline` ratios and
@@ -185,4 +187,5 @@ def compare_runs(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) ->
         "least_energy_per_step": _best(rows, "energy_per_step_j", lowest=True),
         "smallest_peak_memory": _best(rows, "peak_used_bytes", lowest=True),
     }
-    return {"baseline_job_id": base["job_id"], "jobs": rows, "best": best, "findings": findings}
+    return CompareOut.model_validate({"baseline_job_id": base["job_id"], "jobs": rows, "best": best,
+                                      "findings": findings})

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from server.analysis.gpu_catalog import GpuModel
+from server.analysis.base.gpu_catalog import GpuModel
 
 DEFAULT_CALIBRATION = Path(__file__).with_name("calibration.json")
 DEFAULT_CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.analysis.trace_io import iter_events, open_trace
+from server.analysis.traces.reader import iter_events, open_trace
 from server.estimate.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, CachingAllocatorSim, round_size
 
 KINETO_CUDA_DEVICE_TYPE = 1  # `[memory]` `Device Type`: 0 = CPU, 1 = CUDA

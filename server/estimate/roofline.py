@@ -22,7 +22,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from server.analysis.gpu_catalog import GpuModel
+from server.analysis.base.gpu_catalog import GpuModel
 
 
 @dataclass(frozen=True)

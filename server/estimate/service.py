@@ -8,7 +8,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
+from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
 from server.estimate.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
 from server.estimate.breakdown import classify, estimate_breakdown
 from server.estimate.calibration import calibration_for

@@ -19,7 +19,7 @@ from sqlalchemy import Float, Integer, String, func, literal, null, select, unio
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from server.analysis.fleet import ENERGY_SOURCES
+from server.analysis.fleet.rollup import ENERGY_SOURCES
 from server.db import epoch_column, is_postgres
 from server.deps import OperatorAuth, SessionDep
 from server.fleet import service as fleet_service

@@ -8,10 +8,11 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 
+from fleetprof.api_models import FleetSummary
 from server.deps import OperatorAuth, SessionDep
 from server.errors import InvalidInput
 from server.fleet import service as fleet_service
-from server.fleet.schemas import FleetRollups, FleetSummary
+from server.fleet.schemas import FleetRollups
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
 

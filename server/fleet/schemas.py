@@ -1,4 +1,5 @@
-"""Answers of the fleet routes (operators): summary, hourly rollups, the dashboard's timeline and headroom.
+"""Answers of the fleet routes (operators): hourly rollups, the dashboard's timeline and headroom (the summary, which
+clients read typed, is fleetprof.api_models.FleetSummary).
 
 The routes build plain dicts (analysis code); these models state them in OpenAPI, and FastAPI checks the small
 ones on the way out. Rows that follow another document (a job's fleet row, a rollup group) are `extra="allow"`:
@@ -10,40 +11,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-
-class JobWaste(BaseModel):
-    """A job's fleet row (server.analysis.fleet.job_fleet_row), ranked by wasted GPU-hours."""
-
-    model_config = ConfigDict(extra="allow")
-
-    job_id: str | None = None
-    team: str | None = None
-    state: str | None = None
-    gpus: int | None = None
-    gpu_hours: float | None = None
-    gpu_busy_fraction: float | None = None
-    wasted_gpu_hours: float | None = Field(None, description="gpu_hours x (1 - gpu_busy_fraction)")
-    memory_stranded_bytes: int | None = None
-
-
-class FleetSummary(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    window_s: float
-    generated_at: float = Field(description="epoch s")
-    gpus: int = Field(description="GPUs with rollups in the window")
-    gpus_total: int
-    gpu_hours: float
-    busy_gpu_hours: float | None
-    busy_fraction: float | None
-    util_weighted_gpu_hours: float | None
-    idle_gpus_now: int | None
-    gpus_unknown_now: int | None
-    energy_j: float | None
-    memory_stranded_bytes: int | None
-    most_wasteful_jobs: list[JobWaste]
-    sources: dict[str, str]
 
 
 class RollupRow(BaseModel):

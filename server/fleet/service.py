@@ -1,4 +1,4 @@
-"""Fleet rollups and the fleet summary. The definitions live in server.analysis.fleet (pure, validated on real
+"""Fleet rollups and the fleet summary. The definitions live in server.analysis.fleet.rollup (pure, validated on real
 cluster series); this module only moves data between Postgres and those functions.
 
 - `rollup_hours`: raw samples of the touched hours -> per GPU, `reduce_hours` -> `gpu_hourly`, and the same
@@ -6,7 +6,7 @@ cluster series); this module only moves data between Postgres and those function
 - `rollup_rows`: hourly rows per GPU, node (`gpu_hourly`) or team (`gpu_job_hourly`), summed in SQL.
 - `summary`: `gpu_hourly` summed in SQL to the few totals the summary needs (10,000 GPUs x 24 h is one aggregate,
   not 240,000 rows in Python), latest utilization per GPU, and per-job rows from cached reports ->
-  `summary_from_totals` (server.analysis.fleet.fleet_summary's second half).
+  `summary_from_totals` (server.analysis.fleet.rollup.fleet_summary's second half).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import Label
 
 from server.analysis import characterize as characterize_mod
-from server.analysis.energy import IDLE_UTIL_PCT
-from server.analysis.fleet import (
+from server.analysis.energy.accounting import IDLE_UTIL_PCT
+from server.analysis.fleet.rollup import (
     ENERGY_SOURCE,
     ENERGY_SOURCES,
     ROLLUP_FIELDS,
@@ -205,9 +205,9 @@ def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: floa
 
 
 def _gpus_now(session: Session, now: float) -> dict[str, int]:
-    """server.analysis.fleet.gpus_now over each GPU's latest sample within CURRENT_WINDOW_S of `now` (GPUs without
-    one are not counted). The window is bounded on both sides: a sample stamped further ahead (a skewed clock) is
-    not "now", and the bound keeps the beat's pre-created partitions of the coming days out of every probe."""
+    """server.analysis.fleet.rollup.gpus_now over each GPU's latest sample within CURRENT_WINDOW_S of `now` (GPUs
+    without one are not counted). The window is bounded on both sides: a sample stamped further ahead (a skewed clock)
+    is not "now", and the bound keeps the beat's pre-created partitions of the coming days out of every probe."""
     in_window = and_(GpuSample.ts >= from_epoch(now - CURRENT_WINDOW_S),
                      GpuSample.ts <= from_epoch(now + CURRENT_WINDOW_S))
     if not is_postgres(session):
@@ -241,7 +241,7 @@ ROLLUP_KEYS = ("gpu", "node", "team")
 
 def rollup_rows(session: Session, *, by: str, window_s: float, now: float, limit: int, offset: int) -> dict[str, Any]:
     """Hourly rows per GPU, node or team over the hours starting in [now - window_s, now), summed in SQL and
-    turned into figures by server.analysis.fleet.group_figures.
+    turned into figures by server.analysis.fleet.rollup.group_figures.
 
     gpu and node rows come from `gpu_hourly`; team rows from `gpu_job_hourly` grouped by the job's team, the
     time outside every job (and of jobs with no team) under team None.
@@ -325,7 +325,7 @@ def _rows_from_documents(session: Session, pks: list[int]) -> dict[int, dict[str
 
 
 def job_rows(session: Session, since: datetime, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """The fleet rows (server.analysis.fleet.job_fleet_row) of the current reports of jobs active since `since`,
+    """The fleet rows (server.analysis.fleet.rollup.job_fleet_row) of the current reports of jobs active since `since`,
     newest jobs first when `limit` is given: the stored `fleet_row`, derived from the document only for reports
     stored before that column (or one of its keys) existed."""
     # As text, parsed by orjson: the driver's per-row json.loads cost more than the query (5,000 jobs: 60 ms).
@@ -344,7 +344,7 @@ FLEET_ROW_KEYS = frozenset(job_fleet_row({}))
 
 
 def _summary_job_figures(session: Session, since: datetime, top_n: int = 10) -> dict[str, Any]:
-    """server.analysis.fleet.job_figures of the window's jobs. On Postgres the stored fleet rows are summed and
+    """server.analysis.fleet.rollup.job_figures of the window's jobs. On Postgres the stored fleet rows are summed and
     ranked in SQL (5,000 jobs: ~30 ms instead of ~65 ms of parsing every row in Python), and only the reports
     without a complete fleet row go through job_figures; SQLite: job_figures over job_rows."""
     if not is_postgres(session):

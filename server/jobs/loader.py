@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
-from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
-from server.analysis.jobdata import LayerStat as LayerRow
+from server.analysis.base.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
+from server.analysis.base.jobdata import LayerStat as LayerRow
 from server.auth import policy
 from server.auth.policy import link_window
 from server.config import ServerSettings
@@ -168,7 +168,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         layers=_load_layers(session, job), layer_step_s=_layer_step_s(session, job), oom_events=int(oom),
         processes=[p for r in process_reads for p in r.result()],
         framework=framework_of(job),
-        # Uploaded traces are merged after characterization (server.analysis.trace_sections).
+        # Uploaded traces are merged after characterization (server.analysis.traces.sections).
         trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,
                                        price_per_kwh_usd=settings.price_per_kwh_usd),

@@ -1,5 +1,5 @@
 """A job's series as the plots draw them: per-GPU telemetry and per-rank framework steps bucketed in SQL on the
-grid of server.analysis.buckets (minima at each bucket's first timestamp, maxima at its last), and the step-time
+grid of server.analysis.base.buckets (minima at each bucket's first timestamp, maxima at its last), and the step-time
 histogram. Reads for /timeseries, /timeseries/batch and /steps, and for the stored plot views
 (server.jobs.plot_views), which hold the same buckets at the fine grid.
 """
@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import Float, case, cast, extract, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from server.analysis.buckets import SLACK_US, Buckets, bucket_factors, fine_width_us, merged_points
+from server.analysis.base.buckets import SLACK_US, Buckets, bucket_factors, fine_width_us, merged_points
 from server.db import epoch_column, float_rows, is_postgres
 from server.models import Gpu, GpuSample, JobStep
 

@@ -1,4 +1,4 @@
-"""Stored plot views: a finished job's plot series at the fine bucket grid (server.analysis.buckets), written with
+"""Stored plot views: a finished job's plot series at the fine bucket grid (server.analysis.base.buckets), written with
 its final report. A finished job is viewed many times and never changes, yet each unzoomed view of its page
 scanned every sample (8 GPUs x 24 h at 1 Hz: 691,200 rows) and every step; merged from the stored buckets the
 same points cost a few milliseconds. Zoomed views, and anything the stored grid cannot answer exactly (a budget
@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from server.analysis.buckets import Buckets, bucket_factors, fine_width_us
+from server.analysis.base.buckets import Buckets, bucket_factors, fine_width_us
 from server.db import dialect_insert, read_in_parallel
 from server.jobs.plot_series import (
     STEP_COLUMNS,

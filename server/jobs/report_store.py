@@ -12,8 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.analysis import characterize as characterize_mod
-from server.analysis.fleet import job_fleet_row
-from server.analysis.trace_sections import merge_trace_sections
+from server.analysis.fleet.rollup import job_fleet_row
+from server.analysis.traces.sections import merge_trace_sections
 from server.config import ServerSettings
 from server.db import dialect_insert, session_scope
 from server.jobs import plot_views

@@ -12,12 +12,13 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from fleetprof.api_models import CompareOut, JobList, JobRead
 from fleetprof.jobid import job_path
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
-from server.analysis.rightsizing import rightsize
+from server.analysis.fleet.rightsizing import rightsize
 from server.config import ServerSettings
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, EpochQuery, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
@@ -29,11 +30,8 @@ from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
 from server.jobs.schemas import (
-    CompareOut,
     JobAck,
     JobCreate,
-    JobList,
-    JobRead,
     JobState,
     RightsizingOut,
     SeriesOut,
@@ -116,7 +114,7 @@ def parse_compare_ids(ids: str) -> list[str]:
 def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
                  ids: str = Query(..., max_length=20 * 201,
                                   description="2 to 20 comma-separated job ids; the first is the baseline"),
-                 ) -> dict[str, Any]:
+                 ) -> CompareOut:
     jobs = job_service.get_visible_jobs(session, job_ids=parse_compare_ids(ids), principal=principal)
     runs = [({"job_id": j.job_id, "name": j.name, "team": j.team, "framework": j.framework,
               "batch_size": j.batch_size, "state": j.state}, report_store.get_report(session, j, settings))

@@ -1,4 +1,5 @@
-"""Job schemas: JobCreate (register or update), JobRead, JobList, CompareOut (GET /jobs/compare)."""
+"""Job schemas: JobCreate (register or update), steps and right-sizing answers; JobRead, JobList and CompareOut (GET
+/jobs/compare), which clients and the analyzers read typed, are in fleetprof.api_models."""
 
 from __future__ import annotations
 
@@ -53,31 +54,6 @@ class JobCreate(BaseModel):
         return value
 
 
-class JobRead(BaseModel):
-    job_id: str
-    team: str | None
-    name: str | None
-    command: str | None
-    framework: str | None
-    host: str | None
-    user: str | None
-    node: str | None
-    state: str
-    batch_size: int | None
-    gpu_type_requested: str | None
-    gpus_requested: int | None
-    exit_code: int | None
-    created_at: float
-    updated_at: float
-    started_at: float | None
-    ended_at: float | None
-    duration_s: float | None
-    gpu_uuids: list[str]
-    metadata: dict[str, Any]
-    end_reason: str | None = Field(default=None, description="why the server ended the job (state `lost`); "
-                                   "null when whoever ran it reported its end")
-
-
 class JobAck(BaseModel):
     """What an agent token gets back from a registration: enough to carry on, none of the job's metadata
     (name, command, owner), which agents never need to read."""
@@ -86,72 +62,6 @@ class JobAck(BaseModel):
     state: str
     node: str | None
     gpu_uuids: list[str]
-
-
-class JobList(BaseModel):
-    items: list[JobRead]
-    total: int
-    limit: int
-    offset: int
-
-
-class CompareRatios(BaseModel):
-    """A run's figures divided by the baseline's (the first id): 2.0 = twice the baseline; null = unknown."""
-
-    step_time_ratio: float | None = Field(description="step time p50 / baseline's (< 1: faster per step)")
-    samples_per_s_ratio: float | None
-    energy_per_sample_ratio: float | None
-    energy_per_step_ratio: float | None
-    peak_used_ratio: float | None = Field(description="NVML peak device memory / baseline's")
-    mean_power_ratio: float | None
-    duration_ratio: float | None
-
-
-class CompareRun(BaseModel):
-    """One run, with the figures of its characterization report (null where the report cannot know)."""
-
-    job_id: str
-    name: str | None
-    team: str | None
-    framework: str | None
-    batch_size: int | None
-    state: str | None
-    gpu_name: str | None
-    gpu_count: int | None
-    duration_s: float | None
-    peak_used_bytes: int | None
-    peak_allocated_bytes: int | None
-    peak_reserved_bytes: int | None
-    memory_total_bytes: int | None
-    gpu_util_mean_pct: float | None
-    gpu_busy_fraction: float | None
-    steps: int | None
-    step_time_p50_s: float | None
-    step_time_p95_s: float | None
-    samples_per_s: float | None
-    energy_j: float | None
-    energy_source: str | None
-    energy_per_step_j: float | None
-    energy_per_sample_j: float | None
-    mean_power_w: float | None
-    analyzed_at: float | None
-    vs_baseline: CompareRatios
-    differs_from_baseline: list[str] = Field(description="setup fields that differ from the baseline's")
-
-
-class CompareBest(BaseModel):
-    fastest_per_step: str | None
-    highest_throughput: str | None
-    least_energy_per_sample: str | None
-    least_energy_per_step: str | None
-    smallest_peak_memory: str | None
-
-
-class CompareOut(BaseModel):
-    baseline_job_id: str
-    jobs: list[CompareRun]
-    best: CompareBest
-    findings: list[str]
 
 
 class StepHistogram(BaseModel):

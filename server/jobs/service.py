@@ -8,12 +8,13 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from fleetprof.api_models import JobRead
 from server.auth import policy
 from server.auth.service import Principal
 from server.db import dialect_insert
 from server.errors import Forbidden, InvalidInput, NotFound
 from server.jobs.framework_info import BATCH_SIZE_SOURCE_KEY
-from server.jobs.schemas import JobCreate, JobRead
+from server.jobs.schemas import JobCreate
 from server.models import TERMINAL_STATES, Gpu, Job, JobGpu
 from server.models.base import from_epoch, to_epoch, utcnow
 from server.nodes.service import ensure_gpus

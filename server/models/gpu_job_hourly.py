@@ -9,7 +9,7 @@ from server.models.base import Base, BigId, UtcDateTime
 
 
 class GpuJobHourly(Base):
-    """A job's share of a GPU's hour (server.analysis.fleet.attributed_rollup over the job↔GPU windows of
+    """A job's share of a GPU's hour (server.analysis.fleet.rollup.attributed_rollup over the job↔GPU windows of
     `job_gpus`); `job_pk` null = the GPU's time outside every job. The rows of one GPU and hour add up to its
     `gpu_hourly` row. Team rollups group these by the job's current team."""
 

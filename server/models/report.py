@@ -18,6 +18,6 @@ class Report(Base):
     analyzer_version: Mapped[int] = mapped_column(Integer, primary_key=True)
     computed_at: Mapped[datetime] = mapped_column(UtcDateTime)
     data: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
-    # What the fleet summary needs of this job (server.analysis.fleet.job_fleet_row of `data`): a few hundred
+    # What the fleet summary needs of this job (server.analysis.fleet.rollup.job_fleet_row of `data`): a few hundred
     # bytes, so that the summary never reads (and Postgres never decompresses) the whole document.
     fleet_row: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc)

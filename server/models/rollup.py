@@ -9,7 +9,7 @@ from server.models.base import Base, UtcDateTime
 
 
 class GpuHourly(Base):
-    """Hourly rollup per GPU (server.analysis.fleet.hourly_rollup), kept after raw samples expire."""
+    """Hourly rollup per GPU (server.analysis.fleet.rollup.hourly_rollup), kept after raw samples expire."""
 
     __tablename__ = "gpu_hourly"
     __table_args__ = (Index("ix_gpu_hourly_hour", "hour"),)

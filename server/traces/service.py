@@ -20,12 +20,12 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from server.analysis import alloc_trace
-from server.analysis.kineto import summarize_trace
-from server.analysis.module_spans import read_module_spans
-from server.analysis.optimization import optimization_section
-from server.analysis.snapshot import SnapshotFormatError, parse_snapshot_json
-from server.analysis.trace_io import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
+from server.analysis.planning.optimization import optimization_section
+from server.analysis.traces import alloc_trace
+from server.analysis.traces.kineto import summarize_trace
+from server.analysis.traces.module_spans import read_module_spans
+from server.analysis.traces.reader import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
+from server.analysis.traces.snapshot import SnapshotFormatError, parse_snapshot_json
 from server.errors import Conflict, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from server.models import Job, Trace
 

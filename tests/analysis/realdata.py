@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries
+from server.analysis.base.jobdata import GpuSeries
 
 MIB = 2**20
 

@@ -1,11 +1,11 @@
-"""Batch-size right-sizing from the `rightsizing_inputs` of a job name's runs (server/analysis/batch_sizing.py)."""
+"""Batch-size right-sizing from the `rightsizing_inputs` of a job name's runs (server/analysis/fleet/batch_sizing.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.analysis.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice, model_state_bytes
-from server.analysis.gpu_catalog import load_catalog
+from server.analysis.base.gpu_catalog import load_catalog
+from server.analysis.fleet.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice, model_state_bytes
 
 GIB, MIB = 2**30, 2**20
 CATALOG = load_catalog()

@@ -1,4 +1,4 @@
-"""The plot bucket grid (server.analysis.buckets): merged fine buckets are exactly the buckets of the coarser width,
+"""The plot bucket grid (server.analysis.base.buckets): merged fine buckets are exactly the buckets of the coarser width,
 each budget gets at most its points, and the extremes survive."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.analysis.buckets import FINE_BUCKETS, SLACK_US, Buckets, bucket_factors, fine_width_us, merged_points
+from server.analysis.base.buckets import FINE_BUCKETS, SLACK_US, Buckets, bucket_factors, fine_width_us, merged_points
 
 
 def _buckets(ts_us: np.ndarray, values: np.ndarray, start_us: int, width_us: int) -> Buckets:

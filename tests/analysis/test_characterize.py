@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from server.analysis.base.jobdata import JobData, LayerStat, StepSeries
 from server.analysis.characterize import ANALYZER_VERSION, characterize
-from server.analysis.jobdata import JobData, LayerStat, StepSeries
 
 from .realdata import capture_series
 

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from server.analysis.base.jobdata import JobData, StepSeries
 from server.analysis.characterize import characterize
 from server.analysis.compare import compare_runs, ratio, run_row
-from server.analysis.jobdata import JobData, StepSeries
 
 from .realdata import capture_series
 
@@ -66,7 +66,7 @@ def test_figures_are_the_reports_own(reports):
 
 def test_ratios_against_the_first_run_and_findings(reports):
     a, b, c = reports
-    out = compare_runs([(_meta(a), a), (_meta(b), b), (_meta(c), c)])
+    out = compare_runs([(_meta(a), a), (_meta(b), b), (_meta(c), c)]).model_dump(mode="json")
     json.dumps(out, allow_nan=False)
     assert out["baseline_job_id"] == "a" and [r["job_id"] for r in out["jobs"]] == ["a", "b", "c"]
     ra, rb, rc = out["jobs"]
@@ -98,7 +98,8 @@ def test_faster_run_reads_faster_and_unknown_is_null():
                 "memory": {"peak_used_bytes": peak}, "utilization": {},
                 "rightsizing_inputs": {"gpu_name": "NVIDIA A100-SXM4-80GB", "gpu_count": 4}}
 
-    out = compare_runs([({"job_id": "A"}, rep("A", 0.9, 2.0, 40 * 2**30)), ({"job_id": "B"}, rep("B", 0.5, 2.6, None))])
+    out = compare_runs([({"job_id": "A"}, rep("A", 0.9, 2.0, 40 * 2**30)),
+                        ({"job_id": "B"}, rep("B", 0.5, 2.6, None))]).model_dump()
     b = out["jobs"][1]
     assert out["findings"][0].startswith("B is 1.80x faster per step than A at 1.30x the energy per sample")
     assert b["vs_baseline"]["peak_used_ratio"] is None and b["peak_used_bytes"] is None
@@ -112,6 +113,6 @@ def test_ratio_edges_and_different_models_are_flagged():
     assert ratio(3.0, 2.0) == 1.5
     empty = {"gpus": [], "time": {}, "energy": {}, "memory": {}, "utilization": {}}
     out = compare_runs([({"job_id": "x", "name": "bert"}, empty), ({"job_id": "y", "name": "gpt2"}, empty)])
-    assert any("different names (bert, gpt2)" in f for f in out["findings"])
+    assert any("different names (bert, gpt2)" in f for f in out.findings)
     with pytest.raises(ValueError):
         compare_runs([])

@@ -5,7 +5,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.analysis.downsample import downsample
+from server.analysis.base.downsample import downsample
 
 
 def test_keeps_global_extremes_of_real_cluster_series(real_data):
@@ -44,7 +44,7 @@ def test_property_extremes_and_bound(values, n_points):
 
 def test_indices_keep_ends_and_extremes_for_trace_memory():
     # the Kineto memory timeline indexes three columns at once, so it takes indices, first and last kept
-    from server.analysis.downsample import minmax_indices
+    from server.analysis.base.downsample import minmax_indices
 
     rng = np.random.default_rng(0)
     v = np.cumsum(rng.integers(-5, 6, 10_001)).astype(np.int64)

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.energy import energy_costs, gpu_energy, interval_energy, trapezoid_j
-from server.analysis.jobdata import EnergySettings, GpuSeries
+from server.analysis.base.jobdata import EnergySettings, GpuSeries
+from server.analysis.energy.accounting import energy_costs, gpu_energy, interval_energy, trapezoid_j
 
 from .realdata import capture_series, zeus_windows
 
@@ -98,10 +98,10 @@ def test_missing_everything_is_unknown_not_zero():
 
 def test_costs_use_pue_for_facility_figures():
     c = energy_costs(3.6e6 * 10, EnergySettings(grid_intensity_g_per_kwh=300, pue=1.5, price_per_kwh_usd=0.2))
-    assert c["kwh"] == pytest.approx(10)
-    assert c["co2e_g"] == pytest.approx(10 * 1.5 * 300)
-    assert c["cost_usd"] == pytest.approx(10 * 1.5 * 0.2)
-    assert energy_costs(None, EnergySettings())["co2e_g"] is None
+    assert c.kwh == pytest.approx(10)
+    assert c.co2e_g == pytest.approx(10 * 1.5 * 300)
+    assert c.cost_usd == pytest.approx(10 * 1.5 * 0.2)
+    assert energy_costs(None, EnergySettings()).co2e_g is None
 
 
 def test_trapezoid_skips_nan_intervals():

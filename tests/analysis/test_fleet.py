@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from server.analysis.base.jobdata import GpuSeries, JobData
 from server.analysis.characterize import characterize
-from server.analysis.fleet import (
+from server.analysis.fleet.rollup import (
     ENERGY_SOURCES,
     ROLLUP_FIELDS,
     attributed_rollup,
@@ -19,7 +20,6 @@ from server.analysis.fleet import (
     sample_durations,
     sample_terms,
 )
-from server.analysis.jobdata import GpuSeries, JobData
 
 from .realdata import capture_series
 

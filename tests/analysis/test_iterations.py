@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.iterations import cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period
-from server.analysis.jobdata import GpuSeries
+from server.analysis.base.jobdata import GpuSeries
+from server.analysis.time.iterations import cross_check, detect_period, input_stalls, rank_stragglers, telemetry_period
 
 MINI_BATCH = "cluster/alibaba-gpu-v2020/mini-batch-time/data"
 WINDOW_S = 14_000.0  # stay inside the analysed window, so the known period is the mean over all of it
@@ -73,10 +73,10 @@ def test_telemetry_period_picks_signal_and_agrees_with_hooks(real_data):
     assert res is not None and res.signal in ("power_w", "gpu_util_pct")
     assert res.period_s == pytest.approx(d.mean(), rel=0.05)
     check = cross_check(res.period_s, float(np.median(d)))
-    assert check["agrees_with_hooks"] is True and check["steps_per_period"] == 1
+    assert check.agrees_with_hooks is True and check.steps_per_period == 1
     # A telemetry cycle of 4 steps (gradient accumulation) is a multiple, still in agreement.
-    assert cross_check(4 * d.mean(), d.mean())["steps_per_period"] == 4
-    assert cross_check(1.5 * d.mean(), d.mean())["agrees_with_hooks"] is False
+    assert cross_check(4 * d.mean(), d.mean()).steps_per_period == 4
+    assert cross_check(1.5 * d.mean(), d.mean()).agrees_with_hooks is False
 
 
 def test_noise_has_no_period():
@@ -91,11 +91,11 @@ def test_periodic_input_stalls(real_data):
     rng = np.random.default_rng(4)
     ts, _, util = _telemetry(d, rng, stall_every=10)
     s = input_stalls(ts, util)
-    assert s["periodic"] is True
-    assert s["stall_period_s"] == pytest.approx(10 * d.mean(), rel=0.05)
+    assert s.periodic is True
+    assert s.stall_period_s == pytest.approx(10 * d.mean(), rel=0.05)
     ts, _, util = _telemetry(d, rng)
     clean = input_stalls(ts, util)
-    assert clean["periodic"] is False and clean["stall_fraction"] < 0.02
+    assert clean.periodic is False and clean.stall_fraction < 0.02
 
 
 def test_stragglers_on_real_workers(real_data):
@@ -104,9 +104,9 @@ def test_stragglers_on_real_workers(real_data):
         med = df.groupby("worker")["batch_time_norm"].median()
         expected = set(med[med > 1.1 * med.median()].index)
         res = rank_stragglers(df["worker"].to_numpy(), df["batch_time_norm"].to_numpy(float))
-        assert {s["rank"] for s in res["stragglers"]} == expected
-        assert res["ranks"] == 10
+        assert {s.rank for s in res.stragglers} == expected
+        assert res.ranks == 10
     # Job 4 has several slow workers (the dataset's README says so): about 4× the fast ones.
     res = rank_stragglers(_load(real_data, 4)["worker"].to_numpy(), _load(real_data, 4)["batch_time_norm"].to_numpy(float))
-    assert len(res["stragglers"]) >= 3
-    assert all(s["slowdown_fraction"] > 0.3 for s in res["stragglers"])
+    assert len(res.stragglers) >= 3
+    assert all(s.slowdown_fraction > 0.3 for s in res.stragglers)

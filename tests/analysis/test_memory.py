@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, StepSeries
-from server.analysis.memory import detect_oom, framework_peaks, gpu_memory
+from server.analysis.base.jobdata import GpuSeries, StepSeries
+from server.analysis.memory.usage import detect_oom, framework_peaks, gpu_memory
 
 from .realdata import MIB, capture_series, query_gpu_row
 
@@ -48,12 +48,12 @@ def _steps(rank, alloc, resv):
 def test_fragmentation_is_per_rank_reserved_minus_allocated():
     s = _steps([0, 0, 1, 1], [4 * GIB, 6 * GIB, 5 * GIB, 5 * GIB], [7 * GIB, 7 * GIB, 9 * GIB, np.nan])
     fw = framework_peaks(s)
-    assert fw["peak_allocated_bytes"] == 6 * GIB
-    assert fw["peak_reserved_bytes"] == 9 * GIB
-    assert fw["fragmentation_bytes"] == 4 * GIB  # rank 1: 9 − 5 (rank 0: 7 − 6 = 1)
-    assert abs(fw["fragmentation_fraction"] - 4 / 9) < 1e-12
-    assert fw["source"] == "cuda_allocator"
-    assert framework_peaks(None)["fragmentation_bytes"] is None
+    assert fw.peak_allocated_bytes == 6 * GIB
+    assert fw.peak_reserved_bytes == 9 * GIB
+    assert fw.fragmentation_bytes == 4 * GIB  # rank 1: 9 − 5 (rank 0: 7 − 6 = 1)
+    assert abs(fw.fragmentation_fraction - 4 / 9) < 1e-12
+    assert fw.source == "cuda_allocator"
+    assert framework_peaks(None).fragmentation_bytes is None
 
 
 def test_oom_from_state_events_and_pinned_memory(real_data):
@@ -75,8 +75,8 @@ def test_oom_from_state_events_and_pinned_memory(real_data):
 
 
 def test_process_memory_separates_the_jobs_processes_from_co_tenants() -> None:
-    from server.analysis.jobdata import ProcessPeak
-    from server.analysis.memory import process_memory
+    from server.analysis.base.jobdata import ProcessPeak
+    from server.analysis.memory.usage import process_memory
 
     gib = 2**30
     procs = [ProcessPeak("GPU-0", 100, "j", "env:FLEETPROF_JOB_ID", 30 * gib, 10.0, 50.0),
@@ -85,25 +85,25 @@ def test_process_memory_separates_the_jobs_processes_from_co_tenants() -> None:
              ProcessPeak("GPU-0", 201, "other", "env:SLURM_JOB_ID", 3 * gib, 25.0, 40.0),
              ProcessPeak("GPU-1", 300, None, None, None, 12.0, 13.0)]  # the driver gave no figure
     out = process_memory(procs, "j")
-    assert out["process_peak_bytes"] == 31 * gib
-    assert out["job_processes"] == 2 and out["other_processes"] == 3
-    assert out["other_processes_peak_bytes"] == 5 * gib  # GPU-0's co-tenants, summed; GPU-1's is unknown
-    assert [r["pid"] for r in out["processes"]] == [101, 100, 201, 200, 300]  # the job's first, largest first
+    assert out.process_peak_bytes == 31 * gib
+    assert out.job_processes == 2 and out.other_processes == 3
+    assert out.other_processes_peak_bytes == 5 * gib  # GPU-0's co-tenants, summed; GPU-1's is unknown
+    assert [r.pid for r in out.processes] == [101, 100, 201, 200, 300]  # the job's first, largest first
     # another job's id is not shown (it may be another team's job): it is "another job"
-    assert [r["job_id"] for r in out["processes"]] == ["j", "j", None, None, None]
-    assert [r["whose"] for r in out["processes"]] == ["this job", "this job", "another job", "unattributed",
+    assert [r.job_id for r in out.processes] == ["j", "j", None, None, None]
+    assert [r.whose for r in out.processes] == ["this job", "this job", "another job", "unattributed",
                                                       "unattributed"]
 
 
 def test_process_memory_unknown_without_process_rows() -> None:
-    from server.analysis.jobdata import ProcessPeak
-    from server.analysis.memory import process_memory
+    from server.analysis.base.jobdata import ProcessPeak
+    from server.analysis.memory.usage import process_memory
 
     out = process_memory([], "j")
-    assert out["process_peak_bytes"] is None and out["other_processes_peak_bytes"] is None
-    assert out["job_processes"] is None and out["processes"] == []
+    assert out.process_peak_bytes is None and out.other_processes_peak_bytes is None
+    assert out.job_processes is None and out.processes == []
     only_own = process_memory([ProcessPeak("GPU-0", 1, "j", None, 2**30, 0.0, 1.0)], "j")
-    assert only_own["other_processes_peak_bytes"] == 0  # known: nobody else was there
+    assert only_own.other_processes_peak_bytes == 0  # known: nobody else was there
     unknown = process_memory([ProcessPeak("GPU-0", 1, "j", None, 2**30, 0.0, 1.0),
                               ProcessPeak("GPU-0", 2, None, None, None, 0.0, 1.0)], "j")
-    assert unknown["other_processes_peak_bytes"] is None  # someone was, the driver did not say how much
+    assert unknown.other_processes_peak_bytes is None  # someone was, the driver did not say how much

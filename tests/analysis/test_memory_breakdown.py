@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from server.analysis import alloc_trace
-from server.analysis.memory_breakdown import OUTSIDE_MODULES, measured_breakdown
-from server.analysis.module_spans import OUTSIDE_CHILDREN, read_module_spans
+from server.analysis.traces import alloc_trace
+from server.analysis.traces.memory_breakdown import OUTSIDE_MODULES, measured_breakdown
+from server.analysis.traces.module_spans import OUTSIDE_CHILDREN, read_module_spans
 from server.estimate.reserved_replay import read_memory_events
 
 

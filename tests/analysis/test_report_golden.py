@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from server.analysis.base.jobdata import JobData, ProcessPeak
 from server.analysis.characterize import characterize
-from server.analysis.jobdata import JobData, ProcessPeak
-from server.analysis.kineto import summarize_trace
-from server.analysis.trace_sections import merge_trace_sections
+from server.analysis.traces.kineto import summarize_trace
+from server.analysis.traces.sections import merge_trace_sections
 
 from .test_characterize import real_job  # noqa: F401  (the fixture)
 

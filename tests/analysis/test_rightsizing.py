@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from server.analysis.batch_sizing import fit_batch_memory, max_batch_size
-from server.analysis.gpu_catalog import load_catalog
-from server.analysis.rightsizing import (
+from server.analysis.base.gpu_catalog import load_catalog
+from server.analysis.fleet.batch_sizing import fit_batch_memory, max_batch_size
+from server.analysis.fleet.rightsizing import (
     SAFETY_MARGIN_FRACTION,
     power_cap_choice,
     rightsize,
@@ -95,22 +95,21 @@ def test_rightsize_history_every_recommendation_has_reason_evidence_saving():
                 "peak_reserved_bytes": 3 * GIB + bs * 100 * MIB,
                 "interval_peaks_bytes": [4 * GIB + bs * 100 * MIB]} for bs in (16, 32, 64)]
     out = rightsize(history)
-    kinds = {r["kind"] for r in out["recommendations"]}
+    kinds = {r.kind for r in out["recommendations"]}
     assert {"gpu_type", "gpu_count", "batch_size", "power_cap"} <= kinds
     for r in out["recommendations"]:
-        assert {"kind", "summary", "reason", "evidence", "saving"} <= r.keys()
-        assert r["reason"]
-    count = next(r for r in out["recommendations"] if r["kind"] == "gpu_count")
-    assert count["evidence"]["gpu_count"] == 8 and count["saving"]["gpus"] == 8 - 3  # ceil(8·20/70) = 3
-    cap = next(r for r in out["recommendations"] if r["kind"] == "power_cap")
-    assert cap["summary"] == "Power cap needs measuring" and cap["saving"] is None
+        assert r.reason and r.summary
+    count = next(r for r in out["recommendations"] if r.kind == "gpu_count")
+    assert count.evidence["gpu_count"] == 8 and count.saving and count.saving["gpus"] == 8 - 3  # ceil(8·20/70) = 3
+    cap = next(r for r in out["recommendations"] if r.kind == "power_cap")
+    assert cap.summary == "Power cap needs measuring" and cap.saving is None
     assert out["memory"]["observed_peak_bytes"] == 4 * GIB + 64 * 100 * MIB
 
 
 def test_upper_bound_on_a_short_history_stays_within_the_gpu():
     """10 minutes on an 80 GB GPU widened the upper bound by 1 + 1/confidence_days = x145: ~9 TB. It is now the
     GPU's memory at most (a run that did not run out of memory needed no more), and the confidence is said."""
-    from server.analysis.rightsizing import rightsize
+    from server.analysis.fleet.rightsizing import rightsize
 
     capacity = 81559 * 2**20  # H100 80GB as NVML reports it
     run = {"job_id": "short", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "memory_total_bytes": capacity,

@@ -10,6 +10,7 @@ import pytest
 from dashboard import figures
 from dashboard import format as fmt
 from dashboard.pages.estimate import build_request
+from fleetprof.report import LayerRow
 
 GIB = 2**30
 
@@ -92,8 +93,12 @@ def test_histogram_quantile_past_the_last_bin_is_unknown() -> None:
 
 
 def test_layer_bars_largest_on_top() -> None:
-    layers = [{"module": "fc", "forward_s": 2.0, "backward_s": 3.0, "total_s": 5.0},
-              {"module": "conv", "forward_s": 1.0, "backward_s": None, "total_s": 1.0}]
+    def row(module: str, forward_s: float, backward_s: float | None, total_s: float | None) -> LayerRow:
+        return LayerRow(module=module, module_type=None, forward_s=forward_s, backward_s=backward_s,
+                        activation_bytes=None, calls=1, total_s=total_s, parent=None, self_time_s=None,
+                        time_fraction=None, self_time_fraction=None)
+
+    layers = [row("fc", 2.0, 3.0, 5.0), row("conv", 1.0, None, 1.0), row("untimed", 1.0, 1.0, None)]
     fig = figures.layer_time_bars(layers)
     assert list(fig.data[0].y) == ["conv", "fc"] and list(fig.data[1].x) == [0.0, 3.0]
 

@@ -1,8 +1,47 @@
-"""Pieces of the job page built from a report (dashboard/pages/job.py), without a browser."""
+"""Pieces of the job page built from a typed report (dashboard/pages/job.py), without a browser."""
 
 from __future__ import annotations
 
-from dashboard.pages.job import saving_line
+import json
+from pathlib import Path
+
+import pytest
+
+from dashboard import data
+from dashboard.client import ApiError
+from dashboard.pages.job import (
+    energy_card,
+    gpus_section,
+    layers_section,
+    processes_section,
+    recommendations_section,
+    saving_line,
+    sources_section,
+    summary_section,
+)
+from fleetprof.api_models import JobRead
+from fleetprof.report import FrameworkSection, JobReport, MemorySection, ProcessMemory
+
+GOLDEN = Path(__file__).resolve().parents[1] / "analysis" / "golden" / "characterize_real_job.json"
+
+
+@pytest.fixture(scope="module")
+def report() -> JobReport:
+    # a real report (the analyzers' golden output, Kineto trace merged), read as the page reads the API's answer
+    return data.job_report(json.loads(GOLDEN.read_text())["traced"])
+
+
+def _job(**fields: object) -> JobRead:
+    base: dict[str, object] = {
+        "job_id": "j", "team": None, "name": None, "command": None, "framework": None, "host": None, "user": None,
+        "node": None, "state": "finished", "batch_size": None, "gpu_type_requested": None, "gpus_requested": None,
+        "exit_code": None, "created_at": 1.7e9, "updated_at": 1.7e9, "started_at": None, "ended_at": None,
+        "duration_s": None, "gpu_uuids": [], "metadata": {}}
+    return JobRead.model_validate({**base, **fields})
+
+
+def _text(component: object) -> str:
+    return str(component.to_plotly_json())  # type: ignore[attr-defined]
 
 
 def test_a_negative_saving_reads_as_the_extra_cost_it_is() -> None:
@@ -13,43 +52,62 @@ def test_a_negative_saving_reads_as_the_extra_cost_it_is() -> None:
     assert saving_line(None) is None
 
 
-def test_processes_section_lists_the_jobs_processes_and_co_tenants() -> None:
-    from dashboard.pages.job import processes_section
+def test_processes_section_lists_the_jobs_processes_and_co_tenants(report: JobReport) -> None:
+    def proc(pid: int, whose: str, job_id: str | None, attribution: str | None, peak: int) -> ProcessMemory:
+        return ProcessMemory.model_validate({"pid": pid, "gpu_uuid": "GPU-0", "peak_used_bytes": peak, "job_id": job_id,
+                                             "whose": whose, "attribution": attribution, "first_seen": 1.7e9,
+                                             "last_seen": 1.7e9 + 60})
 
-    report = {"job_id": "j", "memory": {"process_peak_bytes": 31 * 2**30, "other_processes": 1, "other_processes_peak_bytes": 2**30,
-                         "processes": [{"pid": 4100, "gpu_uuid": "GPU-0", "job_id": "j",
-                                        "attribution": "env:FLEETPROF_JOB_ID", "peak_used_bytes": 31 * 2**30,
-                                        "first_seen": 1.7e9, "last_seen": 1.7e9 + 60},
-                                       {"pid": 777, "gpu_uuid": "GPU-0", "job_id": None, "attribution": None,
-                                        "peak_used_bytes": 2**30, "first_seen": 1.7e9, "last_seen": 1.7e9 + 5},
-                                       {"pid": 778, "gpu_uuid": "GPU-0", "job_id": None, "whose": "another job",
-                                        "attribution": "env:SLURM_JOB_ID", "peak_used_bytes": 2**30,
-                                        "first_seen": 1.7e9, "last_seen": 1.7e9 + 5}]}}
-    text = str(processes_section(report).to_plotly_json())
+    memory = report.memory.model_copy(update={
+        "process_peak_bytes": 31 * 2**30, "other_processes": 2, "other_processes_peak_bytes": 2 * 2**30,
+        "processes": [proc(4100, "this job", "j", "env:FLEETPROF_JOB_ID", 31 * 2**30),
+                      proc(777, "unattributed", None, None, 2**30),
+                      proc(778, "another job", None, "env:SLURM_JOB_ID", 2**30)]})
+    text = _text(processes_section(report.model_copy(update={"memory": memory})))
     assert "31.00 GiB" in text and "this job" in text and "unattributed" in text and "env:FLEETPROF_JOB_ID" in text
-    assert "another job" in text
-    empty = str(processes_section({"memory": {}}).to_plotly_json())
+    assert "another job" in text and "2.00 GiB" in text
+    bare = MemorySection.model_validate({**report.memory.model_dump(), "processes": [], "process_peak_bytes": None,
+                                         "other_processes": None, "other_processes_peak_bytes": None})
+    empty = _text(processes_section(report.model_copy(update={"memory": bare})))
     assert "no per-process rows" in empty and "unknown" in empty
 
 
 def test_a_job_the_server_ended_says_why() -> None:
-    from dashboard.pages.job import summary_section
-
     reason = "no process of this job seen on its GPUs since 2026-11-25 10:00:00 UTC (timeout 900 s)"
-    lost = str([p.to_plotly_json() for p in summary_section({"state": "lost", "end_reason": reason}, {})])
+    lost = str([p.to_plotly_json() for p in summary_section(_job(state="lost", end_reason=reason), None)])
     assert "job-end-reason" in lost and reason in lost
-    assert "job-end-reason" not in str([p.to_plotly_json() for p in summary_section({"state": "finished"}, {})])
+    assert "job-end-reason" not in str([p.to_plotly_json() for p in summary_section(_job(), None)])
 
 
-def test_framework_section_shows_what_the_hooks_read() -> None:
+def test_the_report_sections_show_the_reports_figures(report: JobReport) -> None:
+    page = " ".join(_text(part) for part in (*summary_section(_job(name="real"), report), energy_card(report),
+                                             recommendations_section(report), layers_section(report),
+                                             gpus_section(report), sources_section(report)))
+    assert report.gpus and all(g.uuid in page for g in report.gpus)
+    assert f"{report.memory.peak_used_bytes / 2**30:.2f} GiB" in page
+    assert all(r.summary in page for r in report.recommendations)
+    assert all(key in page for key in report.sources.model_dump(by_alias=True, exclude_unset=True))
+
+
+def test_an_answer_that_is_no_report_is_an_error_not_a_crash(report: JobReport) -> None:
+    doc = report.model_dump(mode="json", exclude_unset=True)
+    del doc["memory"]["peak_used_bytes"]
+    with pytest.raises(ApiError, match=r"memory\.peak_used_bytes") as info:
+        data.job_report(doc)
+    assert info.value.status == data.UNEXPECTED_ANSWER
+    with pytest.raises(ApiError, match="job list"):
+        data.job_list({"items": [{"job_id": "j"}], "total": 1, "limit": 50, "offset": 0})
+
+
+def test_framework_section_shows_what_the_hooks_read(report: JobReport) -> None:
     from dashboard.pages.job import framework_section
 
-    report = {"batch_size": 64, "framework": {
-        "batch_size_observed": 48, "batch_size_observed_source": "dataloader", "batch_size_source": "flag",
-        "model_class": "__main__.ConvNet", "parameter_count": 7002, "optimizers": ["Adam"], "precision": "bfloat16",
-        "precision_source": "autocast", "device": "cpu", "device_memory_total_bytes": 16 * 2**30,
-        "device_memory_source": "host_memory"}}
-    text = str(framework_section(report).to_plotly_json())  # type: ignore[union-attr]
+    typed = report.model_copy(update={"batch_size": 64, "framework": FrameworkSection(
+        batch_size_observed=48, batch_size_observed_source="dataloader", batch_size_source="flag",
+        model_class="__main__.ConvNet", parameter_count=7002, optimizers=["Adam"], precision="bfloat16",
+        precision_source="autocast", device="cpu", device_memory_total_bytes=16 * 2**30,
+        device_memory_source="host_memory")})
+    text = str(framework_section(typed).to_plotly_json())  # type: ignore[union-attr]
     assert "64 (flag; hooks read 48 from dataloader)" in text and "__main__.ConvNet" in text
     assert "bfloat16 (autocast)" in text and "16.00 GiB (host_memory)" in text and "Adam" in text
-    assert framework_section({"framework": None}) is None
+    assert framework_section(report.model_copy(update={"framework": None})) is None

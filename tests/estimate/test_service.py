@@ -50,7 +50,7 @@ def test_estimate_fields_and_max_batch() -> None:
 
 def test_max_batch_is_the_boundary() -> None:
     """The searched batch fits on the simulated device and one more does not (checked with real traces)."""
-    from server.analysis.gpu_catalog import find_model
+    from server.analysis.base.gpu_catalog import find_model
     from server.estimate.calibration import calibration_for
     from server.estimate.models import resolve
     from server.estimate.service import _Estimator

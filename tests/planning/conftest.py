@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server.analysis.alloc_trace import AllocationTrace, from_kineto
+from server.analysis.traces.alloc_trace import AllocationTrace, from_kineto
 
 REAL_TRACES = {
     "v100_ddp": "kineto/hta/df_index_resolver/df_index_resolver.json.gz",

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from server.analysis.alloc_trace import (
+from server.analysis.traces.alloc_trace import (
     from_allocator_events,
     from_kineto,
     from_triples,

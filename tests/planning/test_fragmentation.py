@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import json
 
-from server.analysis.alloc_trace import from_triples
-from server.analysis.fragmentation import fragmentation_findings, online_best_fit_bytes, summarize_snapshot
-from server.analysis.optimization import optimization_section
-from server.analysis.packing import plan_offsets
+from server.analysis.planning.fragmentation import fragmentation_findings, online_best_fit_bytes, summarize_snapshot
+from server.analysis.planning.optimization import optimization_section
+from server.analysis.planning.packing import plan_offsets
+from server.analysis.traces.alloc_trace import from_triples
 
 
 def _by_kind(findings):

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.analysis.alloc_trace import from_triples, max_live_bytes, synthetic_training_trace
-from server.analysis.packing import ALGORITHMS, OffsetPlan, aligned_sizes, plan_offsets, verify_plan
+from server.analysis.planning.packing import ALGORITHMS, OffsetPlan, aligned_sizes, plan_offsets, verify_plan
+from server.analysis.traces.alloc_trace import from_triples, max_live_bytes, synthetic_training_trace
 
 triples = st.lists(
     st.tuples(

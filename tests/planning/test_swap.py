@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from server.analysis.alloc_trace import from_triples, max_live_bytes
-from server.analysis.swap import plan_swaps, resolve_pcie_bandwidth
+from server.analysis.planning.swap import plan_swaps, resolve_pcie_bandwidth
+from server.analysis.traces.alloc_trace import from_triples, max_live_bytes
 
 MIB = 1 << 20
 

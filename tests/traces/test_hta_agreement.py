@@ -5,7 +5,7 @@ HTA (`hta.trace_analysis.TraceAnalysis(trace_dir=...).get_temporal_breakdown()`)
 so each case gets its own directory. HTA is run once per case (module-scoped cache).
 
 Target: within 1 percentage point per category (idle / compute / non-compute) per rank. We follow
-HTA's rules (see server/analysis/kineto.py), so most traces agree to the rounding of HTA's 2-decimal
+HTA's rules (see server/analysis/traces/kineto.py), so most traces agree to the rounding of HTA's 2-decimal
 percentages. The one difference on purpose: with sub-microsecond timestamps HTA rounds each activity
 to [ceil(start), floor(end)], which turns a kernel shorter than 1 us into a negative length; HTA keeps
 it (subtracting from busy time), we count it as zero. On the H100 timesformer trace this moves idle by
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from server.analysis.kineto import summarize_trace
+from server.analysis.traces.kineto import summarize_trace
 
 pytestmark = pytest.mark.slow  # HTA takes 1-4 s per trace
 

@@ -1,4 +1,4 @@
-"""server.analysis.kineto and trace_io on real Kineto traces, plus small hand-built ones for the exact rules."""
+"""server.analysis.traces.kineto and traces.reader on real Kineto traces, plus small hand-built ones for the exact rules."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ from typing import Any
 
 import pytest
 
-from server.analysis import trace_io
-from server.analysis.kineto import TraceFormatError, TraceTooLargeError, combine_ranks, kernel_category, summarize_trace
+from server.analysis.traces import reader
+from server.analysis.traces.kineto import (
+    TraceFormatError,
+    TraceTooLargeError,
+    combine_ranks,
+    kernel_category,
+    summarize_trace,
+)
 
 V100 = "hta/df_index_resolver/df_index_resolver.json.gz"  # rank 1 of 2, 28k [memory] events
 TB_2021 = "kineto-tb/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"  # Bytes only
@@ -91,7 +97,7 @@ def test_ns_timestamps_are_rounded_like_hta_but_never_to_negative_lengths() -> N
     ],
 )
 def test_kernel_category(name: str, category: str) -> None:
-    from server.analysis.kineto import CATEGORY_NAMES
+    from server.analysis.traces.kineto import CATEGORY_NAMES
 
     assert CATEGORY_NAMES[kernel_category(name)] == category
 
@@ -205,8 +211,8 @@ def test_decompressed_size_limit(kineto_dir: Path) -> None:
 
 
 def test_read_header_stops_at_trace_events(kineto_dir: Path) -> None:
-    with trace_io.open_trace(kineto_dir / NCCL) as stream:
-        header, found = trace_io.read_header(stream)
+    with reader.open_trace(kineto_dir / NCCL) as stream:
+        header, found = reader.read_header(stream)
     assert found and header["distributedInfo"]["rank"] == 0
     assert "traceEvents" not in header and "traceName" not in header  # traceName is written after the events
 

@@ -20,7 +20,7 @@ import pytest
 
 from fleetprof.snapshot import SnapshotFormatError as ClientFormatError
 from fleetprof.snapshot import snapshot_to_json
-from server.analysis.snapshot import SnapshotFormatError, parse_snapshot_json
+from server.analysis.traces.snapshot import SnapshotFormatError, parse_snapshot_json
 
 MiB = 1 << 20
 BASE = 0x7F3A_0000_0000
@@ -102,7 +102,7 @@ def test_fragmentation_figures() -> None:
 
 
 def test_allocator_events_feed_the_packing_engine() -> None:
-    from server.analysis.alloc_trace import from_allocator_events
+    from server.analysis.traces.alloc_trace import from_allocator_events
 
     s = parse_snapshot_json(snapshot_to_json(torch_like_snapshot()))
     events = s.allocator_events()
@@ -180,12 +180,12 @@ def test_server_rejects_invalid_documents(mutate: Any, message: str) -> None:
 def test_server_side_imports_no_unpickler() -> None:
     import ast
 
-    import server.analysis.kineto
-    import server.analysis.snapshot
-    import server.analysis.trace_io
+    import server.analysis.traces.kineto
+    import server.analysis.traces.reader
+    import server.analysis.traces.snapshot
 
     banned = {"pickle", "cPickle", "_pickle", "dill", "joblib", "marshal", "shelve", "torch"}
-    for mod in (server.analysis.snapshot, server.analysis.kineto, server.analysis.trace_io):
+    for mod in (server.analysis.traces.snapshot, server.analysis.traces.kineto, server.analysis.traces.reader):
         tree = ast.parse(Path(mod.__file__).read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

@@ -14,16 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from server.analysis.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
-from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
-from server.analysis.power_limit import job_power_limit_w
-
-if TYPE_CHECKING:
-    from server.analysis.jobdata import JobData
+from fleetprof.report import Recommendation
+from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
+from server.analysis.base.jobdata import JobData, jsonable
+from server.analysis.energy.power_limit import job_power_limit_w
+from server.analysis.fleet.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
+from server.analysis.fleet.rollup import rollup_gpus
 
 TARGET_PERCENTILE = 95.0
 OOM_BUMP_FRACTION = 0.2  # VPA: memory × 1.2 after an OOM ...
@@ -34,9 +34,9 @@ MAX_SLOWDOWN_FRACTION = 0.10  # power cap: least energy among caps at most 10% s
 
 
 def recommendation(kind: str, summary: str, reason: str, evidence: Mapping[str, Any],
-                   saving: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {"kind": kind, "summary": summary, "reason": reason, "evidence": dict(evidence),
-            "saving": None if saving is None else dict(saving)}
+                   saving: Mapping[str, Any] | None) -> Recommendation:
+    return Recommendation.model_validate(jsonable({"kind": kind, "summary": summary, "reason": reason,
+                                                   "evidence": evidence, "saving": saving}))
 
 
 # ---------------------------------------------------------------- memory (VPA)
@@ -138,8 +138,6 @@ def power_cap_choice(runs: Sequence[tuple[float, float, float]], *,
 
 def inputs_from_report(report: Mapping[str, Any], job: JobData) -> dict[str, Any]:
     """The per-run facts right-sizing needs, stored in the report so history queries stay cheap."""
-    from server.analysis.fleet import rollup_gpus
-
     peaks: list[float] = []
     if job.gpus:
         r = rollup_gpus(job.gpus)
@@ -194,7 +192,7 @@ def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuMode
     `rightsizing_inputs`), newest last. `explain_missing`: a recommendation that cannot be made yet says what it
     needs (off for a job's own report, which shows what can be done)."""
     runs = [_inputs(h) for h in history]
-    recs: list[dict[str, Any]] = []
+    recs: list[Recommendation] = []
     out: dict[str, Any] = {"runs": len(runs), "memory": None, "recommendations": recs}
     if not runs:
         return out
@@ -228,7 +226,7 @@ def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuMode
     return out
 
 
-def job_recommendations(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def job_recommendations(report: Mapping[str, Any]) -> list[Recommendation]:
     """Recommendations for one job from its own run alone (the report's `recommendations[]`)."""
     recs = rightsize([report], explain_missing=False)["recommendations"]
     mem = report.get("memory") or {}
@@ -249,7 +247,7 @@ def _gpu_hours(run: Mapping[str, Any]) -> float | None:
     return d * n / 3600.0 if (d is not None and n) else None
 
 
-def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[dict[str, Any]]:
+def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[Recommendation]:
     fit = smallest_fitting_gpu(target.target_bytes, catalog)
     current = find_model(last["gpu_name"], tuple(catalog)) if last.get("gpu_name") else None
     evidence = {"target_bytes": target.target_bytes, "observed_peak_bytes": target.observed_peak_bytes,
@@ -278,7 +276,7 @@ def _gpu_type_recs(target: MemoryTarget, last: Mapping[str, Any], catalog: Seque
         {**evidence, "recommended_memory_bytes": fit.memory_bytes}, saving)]
 
 
-def _gpu_count_recs(last: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _gpu_count_recs(last: Mapping[str, Any]) -> list[Recommendation]:
     n, util = last.get("gpu_count"), last.get("gpu_util_mean_pct")
     if not n or n < 2 or util is None or util >= LOW_UTIL_PCT:
         return []
@@ -295,14 +293,14 @@ def _gpu_count_recs(last: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel], *,
-                explain_missing: bool = True) -> list[dict[str, Any]]:
+                explain_missing: bool = True) -> list[Recommendation]:
     advice = batch_size_advice(runs, catalog)
     if advice is None or (advice.saving is None and "missing" in advice.evidence and not explain_missing):
         return []
     return [recommendation("batch_size", advice.summary, advice.reason, advice.evidence, advice.saving)]
 
 
-def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> Recommendation:
     pts = [(r.get("power_limit_w"), r.get("energy_per_step_j"), r.get("step_time_s")) for r in runs]
     choice = power_cap_choice([p for p in pts if None not in p])  # type: ignore[misc]
     if choice is None:

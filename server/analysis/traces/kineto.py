@@ -1,6 +1,6 @@
 """Summaries of PyTorch profiler (Kineto) traces, streamed in one pass and bounded memory.
 
-One pass over `traceEvents` (via `trace_io`) keeps only compact numeric columns: one row per GPU
+One pass over `traceEvents` (via `traces.reader`) keeps only compact numeric columns: one row per GPU
 activity (start, duration, correlation id, category) and per CPU-side launch (start, correlation id),
 per-kernel-name totals, `ProfilerStep#N` spans and `[memory]` samples. No event dict outlives its
 turn in the loop.
@@ -36,9 +36,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from server.analysis.downsample import minmax_indices
-from server.analysis.jobdata import jsonable
-from server.analysis.trace_io import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
+from server.analysis.base.downsample import minmax_indices
+from server.analysis.base.jobdata import jsonable
+from server.analysis.traces.reader import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
 
 __all__ = [
     "DeviceInfo",

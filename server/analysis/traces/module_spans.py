@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 
-from server.analysis.trace_io import iter_events, open_trace
+from server.analysis.traces.reader import iter_events, open_trace
 
 MODULE_PREFIX = "nn.Module: "
 OUTSIDE_CHILDREN = "(model, outside its children)"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from server.analysis.alloc_trace import AllocationTrace, max_live_bytes
+from server.analysis.traces.alloc_trace import AllocationTrace, max_live_bytes
 
 DEFAULT_ALIGNMENT_BYTES = 512  # the CUDA caching allocator's rounding
 _SHIFT = 32  # free-list key = size_units << _SHIFT | offset_units

@@ -1,7 +1,7 @@
 """Allocation traces: every device allocation as a (size, lifetime, address) row, in numpy arrays.
 
 Three sources build the same `AllocationTrace`:
-- Kineto `[memory]` instant events (`Addr`, `Bytes` > 0 alloc, < 0 free), streamed with `trace_io`;
+- Kineto `[memory]` instant events (`Addr`, `Bytes` > 0 alloc, < 0 free), streamed with `traces.reader`;
 - the allocator event list the snapshot converter emits from `torch.cuda.memory._record_memory_history`
   (`[{"action": "alloc"|"free", "addr", "size", "stream", "time_us"}]`);
 - (size, start, end) triples, the pre-training estimator's own trace.
@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from server.analysis.trace_io import iter_events, open_trace
+from server.analysis.traces.reader import iter_events, open_trace
 
 KINETO_CUDA_DEVICE_TYPE = 1  # Kineto's `Device Type`: 0 = CPU, 1 = CUDA
 KINETO_TIME_UNIT_S = 1e-6  # Kineto `ts` is microseconds

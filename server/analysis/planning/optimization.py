@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from server.analysis.alloc_trace import AllocationTrace
-from server.analysis.fragmentation import fragmentation_findings
-from server.analysis.memory_breakdown import measured_breakdown
-from server.analysis.module_spans import ModuleSpans
-from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, plan_offsets, verify_plan
-from server.analysis.swap import plan_swaps, swap_section
+from server.analysis.planning.fragmentation import fragmentation_findings
+from server.analysis.planning.packing import DEFAULT_ALIGNMENT_BYTES, plan_offsets, verify_plan
+from server.analysis.planning.swap import plan_swaps, swap_section
+from server.analysis.traces.alloc_trace import AllocationTrace
+from server.analysis.traces.memory_breakdown import measured_breakdown
+from server.analysis.traces.module_spans import ModuleSpans
 
 
 def optimization_section(

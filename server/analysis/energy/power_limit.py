@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries
+from server.analysis.base.jobdata import GpuSeries
 
 
 @dataclass(frozen=True)

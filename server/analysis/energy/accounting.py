@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetprof.report import EnergySection
-from server.analysis.jobdata import EnergySettings, GpuSeries, jsonable
+from server.analysis.base.jobdata import EnergySettings, GpuSeries, jsonable
 
 J_PER_KWH = 3.6e6
 # NVML utilization.gpu below this is an idle GPU (a kernel ran less than 5% of the sample period).
@@ -127,18 +127,22 @@ def combine_sources(sources: list[str | None]) -> str | None:
     return "mixed"
 
 
-def energy_costs(energy_j: float | None, settings: EnergySettings) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class EnergyCosts:
+    kwh: float | None  # at the GPUs
+    facility_kwh: float | None  # x PUE
+    co2e_g: float | None
+    cost_usd: float | None
+
+
+def energy_costs(energy_j: float | None, settings: EnergySettings) -> EnergyCosts:
     """kWh at the GPU, then facility energy (× PUE) for CO2e and cost: the grid pays for the cooling too."""
     if energy_j is None:
-        return {"kwh": None, "facility_kwh": None, "co2e_g": None, "cost_usd": None}
+        return EnergyCosts(kwh=None, facility_kwh=None, co2e_g=None, cost_usd=None)
     kwh = energy_j / J_PER_KWH
     facility = kwh * settings.pue
-    return {
-        "kwh": kwh,
-        "facility_kwh": facility,
-        "co2e_g": facility * settings.grid_intensity_g_per_kwh,
-        "cost_usd": facility * settings.price_per_kwh_usd,
-    }
+    return EnergyCosts(kwh=kwh, facility_kwh=facility, co2e_g=facility * settings.grid_intensity_g_per_kwh,
+                       cost_usd=facility * settings.price_per_kwh_usd)
 
 
 def per_unit(energy_j: float | None, units: float | None) -> float | None:
@@ -155,6 +159,7 @@ def energy_section(gpus: list[GpuEnergy], *, steps: int | None, samples: int | N
     known = [e for e in gpus if e.energy_j is not None]
     energy_j = sum(e.energy_j for e in known) if known else None  # type: ignore[misc]
     idle_known = [e.idle_energy_j for e in known if e.idle_energy_j is not None]
+    costs = energy_costs(energy_j, settings)
     return EnergySection.model_validate(jsonable({
         "energy_j": energy_j,
         "source": combine_sources([e.source for e in gpus]),
@@ -162,7 +167,10 @@ def energy_section(gpus: list[GpuEnergy], *, steps: int | None, samples: int | N
         "mean_power_w": sum(e.mean_power_w for e in known if e.mean_power_w is not None) if known else None,
         "energy_per_step_j": per_unit(energy_j, steps),
         "per_sample_j": per_unit(energy_j, samples),
-        **energy_costs(energy_j, settings),
+        "kwh": costs.kwh,
+        "facility_kwh": costs.facility_kwh,
+        "co2e_g": costs.co2e_g,
+        "cost_usd": costs.cost_usd,
         "idle_energy_j": sum(idle_known) if idle_known else None,
         "idle_energy_fraction": (sum(idle_known) / energy_j) if (idle_known and energy_j) else None,
         "gpus_without_energy": len(gpus) - len(known),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fleetprof.report import TimeSection
-from server.analysis import iterations
-from server.analysis.jobdata import GpuSeries, JobData, LayerStat, StepSeries, jsonable
+from fleetprof.report import InputStalls, LayerRow, StepTime, TimeSection
+from server.analysis.base.jobdata import GpuSeries, JobData, LayerStat, StepSeries, jsonable
+from server.analysis.time import iterations
 
 # Warm-up: leading steps (cuDNN autotuning, allocator growth, compilation) slower than this multiple of
 # the median are excluded from the distribution, but never more than WARMUP_MAX_FRACTION of the steps.
@@ -46,40 +47,53 @@ def warmup_count(wall_s: np.ndarray) -> int:
     return int(not_slow[0]) if not_slow.size else int(limit)
 
 
-def step_stats(steps: StepSeries | None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "steps": None, "step_time_s": {"mean": None, "p50": None, "p95": None, "p99": None},
-        "warmup_steps_excluded": 0, "samples": None, "samples_per_s": None, "device_time_fraction": None,
-    }
+@dataclass(frozen=True)
+class StepStats:
+    """The hook steps' figures of the time section (None: unknown, e.g. no hooks)."""
+
+    steps: int | None = None
+    step_time_s: StepTime = field(default_factory=lambda: StepTime(mean=None, p50=None, p95=None, p99=None))
+    warmup_steps_excluded: int = 0
+    samples: int | None = None
+    samples_per_s: float | None = None
+    device_time_fraction: float | None = None
+
+
+def step_stats(steps: StepSeries | None) -> StepStats:
     if steps is None or len(steps) == 0:
-        return out
+        return StepStats()
     idx, wall = step_times(steps)
-    out["steps"] = int(idx.size)
+    k = 0
+    step_time = StepStats().step_time_s
     if wall.size:
         k = warmup_count(wall)
         w = wall[k:]
-        out["warmup_steps_excluded"] = k
-        out["step_time_s"] = {
-            "mean": float(np.mean(w)),
-            "p50": float(np.percentile(w, 50)),
-            "p95": float(np.percentile(w, 95)),
-            "p99": float(np.percentile(w, 99)),
-        }
-    samples = np.asarray(steps.samples, dtype=np.float64)
-    if samples.size and not np.all(np.isnan(samples)):
+        step_time = StepTime(mean=float(np.mean(w)), p50=float(np.percentile(w, 50)),
+                             p95=float(np.percentile(w, 95)), p99=float(np.percentile(w, 99)))
+    samples, samples_per_s = None, None
+    per_row = np.asarray(steps.samples, dtype=np.float64)
+    if per_row.size and not np.all(np.isnan(per_row)):
         # Each rank reports its local batch: the job processed the sum over (rank, step) rows.
-        out["samples"] = int(np.nansum(samples))
+        samples = int(np.nansum(per_row))
         total_wall = float(np.sum(wall)) if wall.size else 0.0
-        out["samples_per_s"] = out["samples"] / total_wall if total_wall > 0 else None
+        samples_per_s = samples / total_wall if total_wall > 0 else None
+    device_time_fraction = None
     dev = np.asarray(steps.device_s, dtype=np.float64)
     wl = np.asarray(steps.wall_s, dtype=np.float64)
     both = ~np.isnan(dev) & ~np.isnan(wl)
     if both.any() and float(np.sum(wl[both])) > 0:
-        out["device_time_fraction"] = float(np.sum(dev[both]) / np.sum(wl[both]))
-    return out
+        device_time_fraction = float(np.sum(dev[both]) / np.sum(wl[both]))
+    return StepStats(steps=int(idx.size), step_time_s=step_time, warmup_steps_excluded=k, samples=samples,
+                     samples_per_s=samples_per_s, device_time_fraction=device_time_fraction)
 
 
-def busy_fraction(gpus: list[GpuSeries]) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class BusyShare:
+    gpu_busy_fraction: float | None
+    gpu_active_sample_fraction: float | None
+
+
+def busy_fraction(gpus: list[GpuSeries]) -> BusyShare:
     """GPU busy fraction = mean NVML utilization.gpu / 100 over all samples of all GPUs.
 
     NVML defines utilization.gpu as the share of the sample period during which at least one kernel ran,
@@ -90,14 +104,11 @@ def busy_fraction(gpus: list[GpuSeries]) -> dict[str, float | None]:
     u = np.concatenate(utils) if utils else np.empty(0)
     u = u[~np.isnan(u)]
     if u.size == 0:
-        return {"gpu_busy_fraction": None, "gpu_active_sample_fraction": None}
-    return {
-        "gpu_busy_fraction": float(np.mean(u) / 100.0),
-        "gpu_active_sample_fraction": float(np.mean(u > 0)),
-    }
+        return BusyShare(gpu_busy_fraction=None, gpu_active_sample_fraction=None)
+    return BusyShare(gpu_busy_fraction=float(np.mean(u) / 100.0), gpu_active_sample_fraction=float(np.mean(u > 0)))
 
 
-def layer_table(layers: list[LayerStat], step_s: float | None = None, top: int = 50) -> list[dict[str, Any]]:
+def layer_table(layers: list[LayerStat], step_s: float | None = None, top: int = 50) -> list[LayerRow]:
     """Per-module time (mean per sampled step, as loaded), sorted by total time, with shares OF THE STEP.
 
     `step_s` is the mean wall time of the steps the layers were sampled in. `time_fraction` is a module's inclusive
@@ -138,7 +149,7 @@ def layer_table(layers: list[LayerStat], step_s: float | None = None, top: int =
         r["time_fraction"] = total / step if step is not None and total is not None else None
         r["self_time_fraction"] = own / step if step is not None and own is not None else None
     ordered = sorted(rows.values(), key=lambda r: -(r["total_s"] or 0.0))
-    return ordered[:top]
+    return [LayerRow.model_validate(jsonable(r)) for r in ordered[:top]]
 
 
 def module_parents(types: dict[str, str | None], totals: dict[str, float]) -> dict[str, str | None]:
@@ -167,29 +178,33 @@ def time_section(job: JobData) -> TimeSection:
     check = iterations.cross_check(period.period_s if period else None, iterations.hook_period_s(job.steps))
     stragglers = (iterations.rank_stragglers(job.steps.rank, job.steps.wall_s)
                   if job.steps is not None and len(job.steps) else None)
+    imbalance = iterations.gpu_imbalance(job.gpus)
     return TimeSection.model_validate(jsonable({
-        "steps": st["steps"],
-        "step_time_s": st["step_time_s"],
-        "warmup_steps_excluded": st["warmup_steps_excluded"],
-        "samples": st["samples"],
-        "samples_per_s": st["samples_per_s"],
-        "device_time_fraction": st["device_time_fraction"],
+        "steps": st.steps,
+        "step_time_s": st.step_time_s,
+        "warmup_steps_excluded": st.warmup_steps_excluded,
+        "samples": st.samples,
+        "samples_per_s": st.samples_per_s,
+        "device_time_fraction": st.device_time_fraction,
         "period_s": period.period_s if period else None,
         "period_confidence": period.confidence if period else None,
         "period_signal": period.signal if period else None,
-        **check,
-        "gpu_busy_fraction": busy["gpu_busy_fraction"],
-        "gpu_active_sample_fraction": busy["gpu_active_sample_fraction"],
+        "hook_period_s": check.hook_period_s,
+        "agrees_with_hooks": check.agrees_with_hooks,
+        "steps_per_period": check.steps_per_period,
+        "gpu_busy_fraction": busy.gpu_busy_fraction,
+        "gpu_active_sample_fraction": busy.gpu_active_sample_fraction,
         "input_stalls": _stalls(job.gpus),
         "stragglers": stragglers,
-        **iterations.gpu_imbalance(job.gpus),
+        "gpu_util_spread_pct": imbalance.gpu_util_spread_pct,
+        "least_busy_gpu": imbalance.least_busy_gpu,
         "layers": layer_table(job.layers, job.layer_step_s),
         "layers_step_time_s": job.layer_step_s,
         "trace_summaries": job.trace_summaries,
     }))
 
 
-def _stalls(gpus: list[GpuSeries]) -> dict[str, Any]:
+def _stalls(gpus: list[GpuSeries]) -> InputStalls:
     """Input stalls on the busiest-looking GPU with utilization (one GPU: DP ranks stall together)."""
     with_util = [g for g in gpus if g.has("gpu_util_pct")]
     if not with_util:

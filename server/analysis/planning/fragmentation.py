@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from fleetprof.units import size
-from server.analysis.alloc_trace import AllocationTrace, live_bytes_curve
-from server.analysis.packing import DEFAULT_ALIGNMENT_BYTES, OffsetPlan, aligned_sizes, best_fit
+from server.analysis.planning.packing import DEFAULT_ALIGNMENT_BYTES, OffsetPlan, aligned_sizes, best_fit
+from server.analysis.traces.alloc_trace import AllocationTrace, live_bytes_curve
 
 EXPANDABLE_PAGE_BYTES = 2 << 20  # expandable segments map physical memory in 2 MiB pages
 MIN_FINDING_BYTES = 1 << 20  # savings under 1 MiB are not worth a line in a report

@@ -8,12 +8,12 @@ what PyTorch allocated and reserved. Their difference is itself a finding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from fleetprof.report import MemorySection
-from server.analysis.jobdata import GpuSeries, JobData, ProcessPeak, StepSeries, jsonable, nanmax_or_none
+from fleetprof.report import MemorySection, MemoryTimeline, ProcessMemory
+from server.analysis.base.downsample import downsample
+from server.analysis.base.jobdata import GpuSeries, JobData, ProcessPeak, StepSeries, jsonable, nanmax_or_none
 
 # NVML "used" at or above this share of capacity counts as pinned at capacity: the allocator has run out
 # of room to grow, which is how an OOM looks from the outside when the framework reports nothing.
@@ -91,25 +91,31 @@ def gpu_memory(gpu: GpuSeries) -> GpuMemory:
     )
 
 
-def framework_peaks(steps: StepSeries | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FrameworkPeaks:
+    """The framework allocator's figures (None: unknown, e.g. no hooks)."""
+
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    fragmentation_bytes: int | None = None
+    fragmentation_fraction: float | None = None
+    source: str | None = None  # what the hooks said measured them ("cuda_allocator", ...), else "framework"
+
+
+def framework_peaks(steps: StepSeries | None) -> FrameworkPeaks:
     """Allocator peaks from hook steps and the cache the allocator held beyond its peak allocation.
 
     fragmentation_bytes = max over ranks of (peak reserved − peak allocated) on that rank: the pool the
     caching allocator kept but could not (or did not) hand out at the job's high-water mark. It is an upper
     bound on external fragmentation; splitting internal from external needs an allocator snapshot.
     """
-    out: dict[str, Any] = {
-        "peak_allocated_bytes": None, "peak_reserved_bytes": None,
-        "fragmentation_bytes": None, "fragmentation_fraction": None, "source": None,
-    }
     if steps is None or len(steps) == 0:
-        return out
+        return FrameworkPeaks()
     alloc = np.asarray(steps.allocated_peak_bytes, dtype=np.float64)
     resv = np.asarray(steps.reserved_peak_bytes, dtype=np.float64)
-    out["peak_allocated_bytes"] = _opt_int(nanmax_or_none(alloc))
-    out["peak_reserved_bytes"] = _opt_int(nanmax_or_none(resv))
-    if out["peak_allocated_bytes"] is not None or out["peak_reserved_bytes"] is not None:
-        out["source"] = steps.memory_source or "framework"
+    peak_allocated = _opt_int(nanmax_or_none(alloc))
+    peak_reserved = _opt_int(nanmax_or_none(resv))
+    source = steps.memory_source or "framework" if peak_allocated is not None or peak_reserved is not None else None
     ranks = np.asarray(steps.rank)
     best_frag: float | None = None
     best_resv: float | None = None
@@ -121,10 +127,11 @@ def framework_peaks(steps: StepSeries | None) -> dict[str, Any]:
         frag = max(v - a, 0.0)
         if best_frag is None or frag > best_frag:
             best_frag, best_resv = frag, v
-    if best_frag is not None:
-        out["fragmentation_bytes"] = int(best_frag)
-        out["fragmentation_fraction"] = best_frag / best_resv if best_resv else None
-    return out
+    return FrameworkPeaks(
+        peak_allocated_bytes=peak_allocated, peak_reserved_bytes=peak_reserved,
+        fragmentation_bytes=None if best_frag is None else int(best_frag),
+        fragmentation_fraction=best_frag / best_resv if best_frag is not None and best_resv else None,
+        source=source)
 
 
 def detect_oom(*, state: str | None, exit_code: int | None, oom_events: int,
@@ -151,21 +158,28 @@ def detect_oom(*, state: str | None, exit_code: int | None, oom_events: int,
     return OomFinding(detected=detected, suspected=suspected and not detected, evidence=evidence)
 
 
-def memory_timeline(gpus: list[GpuSeries], n_points: int = 200) -> list[dict[str, Any]]:
-    """Per-GPU used-memory timeline for the report, min/max downsampled so peaks survive."""
-    from server.analysis.downsample import downsample
-
+def memory_timeline(gpus: list[GpuSeries], n_points: int = 200) -> list[MemoryTimeline]:
+    """Per-GPU used-memory timeline for the report, min/max downsampled so peaks survive (NaN: unknown, None)."""
     out = []
     for g in gpus:
         t_d, v_d = downsample(g.ts, used_peak_series(g), n_points)
-        out.append({"uuid": g.uuid, "ts": t_d.tolist(), "used_bytes": v_d.tolist()})
+        out.append(MemoryTimeline.model_validate(jsonable({"uuid": g.uuid, "ts": t_d, "used_bytes": v_d})))
     return out
 
 
 MAX_PROCESS_ROWS = 64  # the report lists this many processes, largest first; the figures count them all
 
 
-def process_memory(processes: list[ProcessPeak], job_id: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ProcessFigures:
+    process_peak_bytes: int | None
+    job_processes: int | None
+    other_processes: int | None
+    other_processes_peak_bytes: int | None
+    processes: list[ProcessMemory]
+
+
+def process_memory(processes: list[ProcessPeak], job_id: str) -> ProcessFigures:
     """Per-process device memory (NVML) on the job's GPUs: the job's own processes (one per rank, usually) and
     the others that shared its GPUs while it ran (other jobs', or unattributed), whose memory it could not use.
 
@@ -180,19 +194,20 @@ def process_memory(processes: list[ProcessPeak], job_id: str) -> dict[str, Any]:
         if p.peak_used_bytes is not None:
             per_gpu[p.gpu_uuid] = per_gpu.get(p.gpu_uuid, 0) + p.peak_used_bytes
     rows = sorted(processes, key=lambda p: (p.job_id != job_id, -(p.peak_used_bytes or 0), p.gpu_uuid, p.pid))
-    return {
-        "process_peak_bytes": max(own_peaks) if own_peaks else None,
-        "job_processes": len({(p.gpu_uuid, p.pid) for p in own}) if processes else None,
-        "other_processes": len({(p.gpu_uuid, p.pid) for p in others}) if processes else None,
+    return ProcessFigures(
+        process_peak_bytes=max(own_peaks) if own_peaks else None,
+        job_processes=len({(p.gpu_uuid, p.pid) for p in own}) if processes else None,
+        other_processes=len({(p.gpu_uuid, p.pid) for p in others}) if processes else None,
         # 0 only when there were no others; others whose memory the driver did not give leave it unknown
-        "other_processes_peak_bytes": max(per_gpu.values()) if per_gpu else (0 if processes and not others else None),
+        other_processes_peak_bytes=max(per_gpu.values()) if per_gpu else (0 if processes and not others else None),
         # whose: "this job", "another job" or "unattributed" (nobody could tell, e.g. pids of another container's
         # namespace); job_id only when it is this job's: another job may be another team's (issue 15).
-        "processes": [{"pid": p.pid, "gpu_uuid": p.gpu_uuid, "peak_used_bytes": p.peak_used_bytes,
-                       "job_id": p.job_id if p.job_id == job_id else None, "whose": _whose(p.job_id, job_id),
-                       "attribution": p.attribution, "first_seen": p.first_ts, "last_seen": p.last_ts}
-                      for p in rows[:MAX_PROCESS_ROWS]],
-    }
+        processes=[ProcessMemory.model_validate(jsonable({
+            "pid": p.pid, "gpu_uuid": p.gpu_uuid, "peak_used_bytes": p.peak_used_bytes,
+            "job_id": p.job_id if p.job_id == job_id else None, "whose": _whose(p.job_id, job_id),
+            "attribution": p.attribution, "first_seen": p.first_ts, "last_seen": p.last_ts}))
+            for p in rows[:MAX_PROCESS_ROWS]],
+    )
 
 
 def _whose(process_job_id: str | None, job_id: str) -> str:
@@ -211,27 +226,32 @@ def largest_peak(gpus: list[GpuMemory]) -> GpuMemory | None:
     return max(peaks, key=lambda m: m.peak_used_bytes or 0) if peaks else None
 
 
-def memory_section(job: JobData, gpus: list[GpuMemory], fw: dict[str, Any]) -> MemorySection:
+def memory_section(job: JobData, gpus: list[GpuMemory], fw: FrameworkPeaks) -> MemorySection:
     """The job's memory: `gpus` from `gpu_memory` (one per job GPU), `fw` from `framework_peaks`."""
     top = largest_peak(gpus)
     headrooms = [m.headroom_bytes for m in gpus if m.headroom_bytes is not None]
     oom = detect_oom(state=job.state, exit_code=job.exit_code, oom_events=job.oom_events, gpus=gpus)
+    procs = process_memory(job.processes, job.job_id)
     return MemorySection.model_validate(jsonable({
         "peak_used_bytes": top.peak_used_bytes if top else None,
         "peak_used_gpu": top.uuid if top else None,
-        "peak_allocated_bytes": fw["peak_allocated_bytes"],
-        "peak_reserved_bytes": fw["peak_reserved_bytes"],
+        "peak_allocated_bytes": fw.peak_allocated_bytes,
+        "peak_reserved_bytes": fw.peak_reserved_bytes,
         # The tightest GPU: what is left on the device closest to running out.
         "headroom_bytes": min(headrooms) if headrooms else None,
-        "fragmentation_bytes": fw["fragmentation_bytes"],
-        "fragmentation_fraction": fw["fragmentation_fraction"],
+        "fragmentation_bytes": fw.fragmentation_bytes,
+        "fragmentation_fraction": fw.fragmentation_fraction,
         "memory_total_bytes": top.memory_total_bytes if top else None,
         # Device memory the framework does not account for: CUDA context, library workspaces, others.
-        "non_framework_bytes": (top.peak_used_bytes - fw["peak_reserved_bytes"])
-        if (top and top.peak_used_bytes is not None and fw["peak_reserved_bytes"] is not None) else None,
+        "non_framework_bytes": (top.peak_used_bytes - fw.peak_reserved_bytes)
+        if (top and top.peak_used_bytes is not None and fw.peak_reserved_bytes is not None) else None,
         "oom_detected": oom.detected,
         "oom_suspected": oom.suspected,
         "oom_evidence": oom.evidence,
-        **process_memory(job.processes, job.job_id),
+        "process_peak_bytes": procs.process_peak_bytes,
+        "job_processes": procs.job_processes,
+        "other_processes": procs.other_processes,
+        "other_processes_peak_bytes": procs.other_processes_peak_bytes,
+        "processes": procs.processes,
         "timeline": memory_timeline(job.gpus),
     }))

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.analysis.alloc_trace import AllocationTrace
-from server.analysis.gpu_catalog import find_model, load_catalog
+from server.analysis.base.gpu_catalog import find_model, load_catalog
+from server.analysis.traces.alloc_trace import AllocationTrace
 
 MIN_SWAP_BYTES = 1 << 20  # below 1 MiB a copy is all latency and saves nothing worth a plan
 COPY_LATENCY_S = 10e-6  # per cudaMemcpyAsync launch + sync overhead, added to every copy

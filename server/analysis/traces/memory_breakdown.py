@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from fleetprof.report import BreakdownPart, MemoryBreakdown, ModuleActivations
-from server.analysis.alloc_trace import AllocationTrace, live_bytes_curve
-from server.analysis.module_spans import ModuleSpans
+from server.analysis.traces.alloc_trace import AllocationTrace, live_bytes_curve
+from server.analysis.traces.module_spans import ModuleSpans
 
 _ROUNDING_KNOWN = "block - requested sizes (snapshot); inside the parts above, not added again"
 _NO_ORIGIN = "unknown: the allocation trace carries no tensor origin"

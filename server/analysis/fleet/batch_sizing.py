@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from server.analysis.gpu_catalog import GpuModel, find_model
+from server.analysis.base.gpu_catalog import GpuModel, find_model
 
 SAFETY_MARGIN_FRACTION = 0.15  # as the memory target's (VPA's default safety margin)
 

@@ -16,11 +16,11 @@ and are better taken from the hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from server.analysis.jobdata import GpuSeries, StepSeries
+from fleetprof.report import InputStalls, Straggler, Stragglers
+from server.analysis.base.jobdata import GpuSeries, StepSeries
 
 # An autocorrelation peak below this is noise, not a period.
 MIN_ACF_PEAK = 0.2
@@ -160,21 +160,25 @@ def hook_period_s(steps: StepSeries | None) -> float | None:
     return float(np.median(w)) if w.size else None
 
 
-def cross_check(telemetry_s: float | None, hooks_s: float | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HookCheck:
+    hook_period_s: float | None
+    agrees_with_hooks: bool | None = None  # None: one of the two periods is unknown
+    steps_per_period: int | None = None
+
+
+def cross_check(telemetry_s: float | None, hooks_s: float | None) -> HookCheck:
     """Compare the two periods; a telemetry period that is a whole multiple of the step time is reported as
     such (gradient accumulation, periodic evaluation or checkpointing repeat every k steps)."""
-    out: dict[str, Any] = {"hook_period_s": hooks_s, "agrees_with_hooks": None, "steps_per_period": None}
     if telemetry_s is None or hooks_s is None or hooks_s <= 0:
-        return out
+        return HookCheck(hook_period_s=hooks_s)
     ratio = telemetry_s / hooks_s
     k = max(1, round(ratio))
-    agrees = abs(ratio / k - 1.0) <= AGREEMENT_TOL
-    out["agrees_with_hooks"] = bool(agrees)
-    out["steps_per_period"] = k if agrees else None
-    return out
+    agrees = bool(abs(ratio / k - 1.0) <= AGREEMENT_TOL)
+    return HookCheck(hook_period_s=hooks_s, agrees_with_hooks=agrees, steps_per_period=k if agrees else None)
 
 
-def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> dict[str, Any]:
+def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> InputStalls:
     """Utilization dips while the job is otherwise busy: samples below a fifth of the job's busy level (p90),
     i.e. the GPU all but idle (a communication or optimizer phase still runs kernels; waiting for input
     does not).
@@ -182,50 +186,53 @@ def input_stalls(ts: np.ndarray, util_pct: np.ndarray) -> dict[str, Any]:
     Dips that repeat with a period point at the input pipeline (every k steps the loader falls behind) or
     at periodic checkpointing; scattered dips are noise or communication.
     """
-    out: dict[str, Any] = {"stall_fraction": None, "periodic": None, "stall_period_s": None}
+    unknown = InputStalls(stall_fraction=None, periodic=None, stall_period_s=None)
     u = np.asarray(util_pct, dtype=np.float64)
     ok = ~np.isnan(u)
     if ok.sum() < 16:
-        return out
+        return unknown
     busy_level = float(np.percentile(u[ok], 90))
     if busy_level < 20.0:
-        return out  # an idle GPU has no stalls to speak of
+        return unknown  # an idle GPU has no stalls to speak of
     dip = (u < 0.2 * busy_level) & ok
-    out["stall_fraction"] = float(dip[ok].mean())
-    if out["stall_fraction"] > 0.02:
-        res = detect_period(np.asarray(ts, dtype=np.float64), dip.astype(np.float64))
-        out["periodic"] = res is not None and res.confidence >= 0.3
-        out["stall_period_s"] = res.period_s if res is not None and out["periodic"] else None
-    else:
-        out["periodic"] = False
-    return out
+    stall_fraction = float(dip[ok].mean())
+    if stall_fraction <= 0.02:
+        return InputStalls(stall_fraction=stall_fraction, periodic=False, stall_period_s=None)
+    res = detect_period(np.asarray(ts, dtype=np.float64), dip.astype(np.float64))
+    periodic = bool(res is not None and res.confidence >= 0.3)
+    return InputStalls(stall_fraction=stall_fraction, periodic=periodic,
+                       stall_period_s=res.period_s if res is not None and periodic else None)
 
 
-def rank_stragglers(rank: np.ndarray, wall_s: np.ndarray, *, tol: float = 0.1) -> dict[str, Any]:
+def rank_stragglers(rank: np.ndarray, wall_s: np.ndarray, *, tol: float = 0.1) -> Stragglers:
     """Ranks whose median step time exceeds the median of per-rank medians by more than `tol`."""
     rank = np.asarray(rank)
     wall = np.asarray(wall_s, dtype=np.float64)
     ok = ~np.isnan(wall)
     rank, wall = rank[ok], wall[ok]
-    out: dict[str, Any] = {"ranks": 0, "median_step_s": None, "stragglers": []}
     if wall.size == 0:
-        return out
+        return Stragglers(ranks=0, median_step_s=None, stragglers=[])
     ranks = np.unique(rank)
     medians = np.array([np.median(wall[rank == r]) for r in ranks])
     job_median = float(np.median(medians))
-    out["ranks"] = int(ranks.size)
-    out["median_step_s"] = job_median
     if ranks.size < 2 or job_median <= 0:
-        return out
+        return Stragglers(ranks=int(ranks.size), median_step_s=job_median, stragglers=[])
     slow = medians > (1.0 + tol) * job_median
-    out["stragglers"] = [
-        {"rank": int(r), "median_step_s": float(m), "slowdown_fraction": float(m / job_median - 1.0)}
+    return Stragglers(ranks=int(ranks.size), median_step_s=job_median, stragglers=[
+        # gpu_uuid left unset: only the NVML-only analysis (not written yet) names a GPU
+        Straggler.model_validate({"rank": int(r), "median_step_s": float(m),
+                                  "slowdown_fraction": float(m / job_median - 1.0)})
         for r, m in zip(ranks[slow], medians[slow], strict=True)
-    ]
-    return out
+    ])
 
 
-def gpu_imbalance(gpus: list[GpuSeries]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GpuImbalance:
+    gpu_util_spread_pct: float | None  # highest - lowest mean utilization across the job's GPUs
+    least_busy_gpu: str | None
+
+
+def gpu_imbalance(gpus: list[GpuSeries]) -> GpuImbalance:
     """Spread of mean utilization across a job's GPUs (a lagging or starved GPU shows up here)."""
     means = []
     for g in gpus:
@@ -233,7 +240,7 @@ def gpu_imbalance(gpus: list[GpuSeries]) -> dict[str, Any]:
         if not np.all(np.isnan(u)):
             means.append((g.uuid, float(np.nanmean(u))))
     if len(means) < 2:
-        return {"gpu_util_spread_pct": None, "least_busy_gpu": None}
+        return GpuImbalance(gpu_util_spread_pct=None, least_busy_gpu=None)
     lo = min(means, key=lambda x: x[1])
     hi = max(means, key=lambda x: x[1])
-    return {"gpu_util_spread_pct": hi[1] - lo[1], "least_busy_gpu": lo[0]}
+    return GpuImbalance(gpu_util_spread_pct=hi[1] - lo[1], least_busy_gpu=lo[0])

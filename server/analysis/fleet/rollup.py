@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from server.analysis.energy import IDLE_UTIL_PCT, interval_energy
-from server.analysis.jobdata import GpuSeries
-from server.analysis.memory import used_peak_series
+from server.analysis.base.jobdata import GpuSeries
+from server.analysis.energy.accounting import IDLE_UTIL_PCT, interval_energy
+from server.analysis.memory.usage import used_peak_series
 
 HOUR_S = 3600.0
 ROLLUP_FIELDS = ("hour_start", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",

@@ -1,0 +1,45 @@
+"""The API's JSON read into the typed models the pages use, once, at the edge (the client hands back plain dicts).
+
+An answer that does not fit its model (a server of another version, a proxy's error page) becomes an `ApiError`,
+shown like any failed call, instead of a page that breaks on a missing key halfway through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from dashboard.client import ApiError
+from fleetprof.api_models import FleetSummary, JobList, JobRead
+from fleetprof.report import JobReport
+
+M = TypeVar("M", bound=BaseModel)
+# Not an HTTP status the API sends: the call succeeded, its answer is not what this dashboard reads.
+UNEXPECTED_ANSWER = 502
+
+
+def parse(model: type[M], doc: Any, what: str) -> M:
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "answer"
+        raise ApiError(UNEXPECTED_ANSWER, f"the API's {what} is not what this dashboard reads "
+                                          f"({exc.error_count()} problem(s); {where}: {first['msg']})") from exc
+
+
+def job_report(doc: Any) -> JobReport:
+    return parse(JobReport, doc, "job report")
+
+
+def job_record(doc: Any) -> JobRead:
+    return parse(JobRead, doc, "job")
+
+
+def job_list(doc: Any) -> JobList:
+    return parse(JobList, doc, "job list")
+
+
+def fleet_summary(doc: Any) -> FleetSummary:
+    return parse(FleetSummary, doc, "fleet summary")

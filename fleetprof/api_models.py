@@ -1,0 +1,146 @@
+"""Answers of the REST API that clients read typed, beside the report (`fleetprof.report`): one definition, which the
+server answers with and the dashboard validates against.
+
+Like the report, they live in the bare package (pydantic only) so that a client needs no server code to read them.
+Fields may be added, never renamed (PRODUCT.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobRead(BaseModel):
+    """GET /api/v1/jobs/{job_id}: a job's metadata and state. Times are epoch s."""
+
+    job_id: str
+    team: str | None
+    name: str | None
+    command: str | None
+    framework: str | None
+    host: str | None
+    user: str | None
+    node: str | None
+    state: str
+    batch_size: int | None
+    gpu_type_requested: str | None
+    gpus_requested: int | None
+    exit_code: int | None
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    ended_at: float | None
+    duration_s: float | None
+    gpu_uuids: list[str]
+    metadata: dict[str, Any]
+    end_reason: str | None = Field(default=None, description="why the server ended the job (state `lost`); "
+                                   "null when whoever ran it reported its end")
+
+
+class JobList(BaseModel):
+    """GET /api/v1/jobs: one page of jobs, newest first."""
+
+    items: list[JobRead]
+    total: int
+    limit: int
+    offset: int
+
+
+class JobWaste(BaseModel):
+    """A job's fleet row (server.analysis.fleet.rollup.job_fleet_row), ranked by wasted GPU-hours."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str | None = None
+    team: str | None = None
+    state: str | None = None
+    gpus: int | None = None
+    gpu_hours: float | None = None
+    gpu_busy_fraction: float | None = None
+    wasted_gpu_hours: float | None = Field(None, description="gpu_hours x (1 - gpu_busy_fraction)")
+    memory_stranded_bytes: int | None = None
+    idle_energy_j: float | None = Field(None, description="energy the job's GPUs drew while idle")
+
+
+class FleetSummary(BaseModel):
+    """GET /api/v1/fleet/summary: the fleet over a window, from hourly rollups and the stored job fleet rows."""
+
+    model_config = ConfigDict(extra="allow")
+
+    window_s: float
+    generated_at: float = Field(description="epoch s")
+    gpus: int = Field(description="GPUs with rollups in the window")
+    gpus_total: int
+    gpu_hours: float
+    busy_gpu_hours: float | None
+    busy_fraction: float | None
+    util_weighted_gpu_hours: float | None
+    idle_gpus_now: int | None
+    gpus_unknown_now: int | None
+    energy_j: float | None
+    memory_stranded_bytes: int | None
+    most_wasteful_jobs: list[JobWaste]
+    sources: dict[str, str]
+
+
+class CompareRatios(BaseModel):
+    """A run's figures divided by the baseline's (the first id): 2.0 = twice the baseline; null = unknown."""
+
+    step_time_ratio: float | None = Field(description="step time p50 / baseline's (< 1: faster per step)")
+    samples_per_s_ratio: float | None
+    energy_per_sample_ratio: float | None
+    energy_per_step_ratio: float | None
+    peak_used_ratio: float | None = Field(description="NVML peak device memory / baseline's")
+    mean_power_ratio: float | None
+    duration_ratio: float | None
+
+
+class CompareRun(BaseModel):
+    """One run, with the figures of its characterization report (null where the report cannot know)."""
+
+    job_id: str
+    name: str | None
+    team: str | None
+    framework: str | None
+    batch_size: int | None
+    state: str | None
+    gpu_name: str | None
+    gpu_count: int | None
+    duration_s: float | None
+    peak_used_bytes: int | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    memory_total_bytes: int | None
+    gpu_util_mean_pct: float | None
+    gpu_busy_fraction: float | None
+    steps: int | None
+    step_time_p50_s: float | None
+    step_time_p95_s: float | None
+    samples_per_s: float | None
+    energy_j: float | None
+    energy_source: str | None
+    energy_per_step_j: float | None
+    energy_per_sample_j: float | None
+    mean_power_w: float | None
+    analyzed_at: float | None
+    vs_baseline: CompareRatios
+    differs_from_baseline: list[str] = Field(description="setup fields that differ from the baseline's")
+
+
+class CompareBest(BaseModel):
+    fastest_per_step: str | None
+    highest_throughput: str | None
+    least_energy_per_sample: str | None
+    least_energy_per_step: str | None
+    smallest_peak_memory: str | None
+
+
+class CompareOut(BaseModel):
+    """GET /api/v1/jobs/compare: runs of one model side by side, the first id's run the baseline."""
+
+    baseline_job_id: str
+    jobs: list[CompareRun]
+    best: CompareBest
+    findings: list[str]

@@ -1,0 +1,1 @@
+"""Memory plans over an allocation trace: offset packing, swap (offload/prefetch), fragmentation findings."""

@@ -1,0 +1,2 @@
+"""Uploaded artefacts: Kineto traces (streamed), allocation traces, allocator snapshots, and the report sections
+they add."""
