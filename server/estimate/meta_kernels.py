@@ -23,6 +23,7 @@ import torch
 from server.estimate.roofline import OpCost, op_cost
 
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+_SCALAR_TYPES = frozenset(_SCALARS)
 _UNCACHEABLE: Any = object()
 
 
@@ -33,16 +34,17 @@ class _NoKey(Exception):
 def _key(value: Any, float_values: bool = True) -> Any:
     """`float_values=False` for in-place ops, whose outputs are their inputs: a float there is a coefficient
     (Adam's step size changes every step) and cannot change a shape, unlike `arange(0.0, 10.5)`'s."""
-    if isinstance(value, torch.Tensor):
-        if value.device.type != "meta":
+    kind = type(value)
+    if kind is torch.Tensor or isinstance(value, torch.Tensor):
+        if not value.is_meta:
             raise _NoKey
         return (value.shape, value.stride(), value.dtype, value.storage_offset())
-    if isinstance(value, float) and not float_values:
+    if kind is float and not float_values:
         return float
-    if isinstance(value, _SCALARS):
-        return (type(value), value)  # type too: 1 == 1.0 == True, but they are different arguments
-    if isinstance(value, (list, tuple)):
-        return (type(value), tuple(_key(v, float_values) for v in value))
+    if kind is list or kind is tuple:
+        return (kind, tuple([_key(v, float_values) for v in value]))
+    if kind in _SCALAR_TYPES or isinstance(value, _SCALARS):
+        return (kind, value)  # the type too: 1 == 1.0 == True, but they are different arguments
     raise _NoKey
 
 

@@ -3,15 +3,19 @@ roofline time and energy. Runs inside the worker started by `runner.run_estimate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import torch
+
 from server.analysis.gpu_catalog import GpuModel, find_model, load_catalog
 from server.estimate.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
 from server.estimate.calibration import calibration_for
 from server.estimate.errors import AbsurdRequestError, UnknownGpuError
+from server.estimate.meta_kernels import MetaKernels
 from server.estimate.models import ResolvedModel, resolve
 from server.estimate.roofline import EFFICIENCY, power_fraction, step_time
 from server.estimate.schemas import MAX_BATCH_SIZE, EstimateRequest, EstimateResponse, GpuFit, RooflineEstimate
@@ -55,20 +59,40 @@ class _Fit:
     fits: bool
 
 
+def _built_once(resolved: ResolvedModel) -> ResolvedModel:
+    """`resolved` whose `build` returns the same model on each call for a device, its gradients cleared (a step
+    leaves none after zero_grad(set_to_none=True); a user's step may). Meta parameters hold no values, so the
+    steps of one trace leave nothing the next could see: every storage is registered afresh as the baseline."""
+    models: dict[torch.device, torch.nn.Module] = {}
+
+    def build(device: torch.device) -> torch.nn.Module:
+        model = models.get(device)
+        if model is None or device.type != "meta":
+            model = models[device] = resolved.build(device)
+        for p in model.parameters():
+            p.grad = None
+        return model
+
+    return dataclasses.replace(resolved, build=build)
+
+
 class _Estimator:
     """Traces per batch size (cached) and allocator replays per (batch size, GPU)."""
 
     def __init__(self, resolved: ResolvedModel, settings: StepSettings) -> None:
-        self.resolved = resolved
+        # one model for every traced batch size (a 7 B model takes ~1 s to build on meta); not with activation
+        # checkpointing, whose generic switch wraps the blocks' forwards again on every call
+        self.resolved = resolved if settings.activation_checkpointing else _built_once(resolved)
         self.settings = settings
         self.traces: dict[int, StepTrace] = {}
         self._replays: dict[tuple[int, int, int | None], _Fit] = {}
         self._affine: tuple[list[tuple[int, int, int]], Trace] | None = None
+        self.kernels = MetaKernels()  # shared by the traces of all batch sizes: each layer's shapes recur
 
     def trace(self, batch_size: int) -> StepTrace:
         st = self.traces.get(batch_size)
         if st is None:
-            st = trace_step(self.resolved, self.settings, batch_size)
+            st = trace_step(self.resolved, self.settings, batch_size, self.kernels)
             peak = st.trace.peak_requested_bytes()
             if peak > MAX_BYTES:
                 raise AbsurdRequestError(
@@ -125,8 +149,22 @@ class _Estimator:
         key = (batch_size, workspace_bytes, capacity_bytes)
         hit = self._replays.get(key)
         if hit is None:
-            hit = self._replays[key] = self._replay(batch_size, workspace_bytes, capacity_bytes)
+            hit = self._replays[key] = self._bounded(batch_size, workspace_bytes, capacity_bytes)
         return hit
+
+    def _bounded(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
+        """A replay on a device of `capacity_bytes`, decided from the unbounded replay (shared by every GPU with
+        the same workspace) where that settles it: a run that never reserves more than the capacity is the same
+        run on the smaller device; one whose live blocks alone exceed it cannot fit. Only in between, where
+        releasing cached segments may save it, is the bounded run replayed."""
+        if capacity_bytes is None:
+            return self._replay(batch_size, workspace_bytes, None)
+        free = self.replay(batch_size, workspace_bytes, None)
+        if free.stats.peak_reserved_bytes <= capacity_bytes:
+            return free
+        if free.stats.peak_allocated_bytes > capacity_bytes:
+            return _Fit(free.stats, False)
+        return self._replay(batch_size, workspace_bytes, capacity_bytes)
 
     def _replay(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
         sim = CachingAllocatorSim(capacity_bytes)
@@ -228,7 +266,8 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
     autocast = {"amp_fp16": "fp16", "amp_bf16": "bf16"}.get(request.precision)
     deadline = started + search_budget_s
     if request.search_max_batch:
-        est.fit_affine(request.batch_size)
+        # batch 1 may take other code paths (squeezed dims, other kernels): the affine model starts at 2
+        est.fit_affine(max(request.batch_size, 2))
 
     results = []
     for gpu in gpus:
