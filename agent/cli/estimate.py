@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="server-side time limit (s)")
     parser.add_argument("--local", action="store_true",
                         help="estimate here, in this process (your own code: any importable factory); needs PyTorch")
+    parser.add_argument("--step", metavar="MODULE:FUNCTION",
+                        help="with --local: your own training step in place of the canned one; FUNCTION(model) "
+                             "returns step(*inputs) doing forward, loss, backward and optimizer step(s) "
+                             "(docs/guide-teams.md)")
     parser.add_argument("--job-id", help="with --local: store the result with this job (its metadata.estimate)")
     parser.add_argument("--team", help="with --job-id: the job's team (a team token implies its own)")
     parser.add_argument("--format", choices=["table", "json"], default="table")
@@ -107,13 +111,15 @@ def format_table(est: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed."""
+def estimate_locally(req: dict[str, Any], timeout_s: float, step: str | None = None) -> dict[str, Any]:
+    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed,
+    and `step` ('module:function', server.estimate.user_step) may replace the canned training step."""
     try:
         # heavy and optional (torch): only for --local; the estimator imports neither FastAPI nor SQLAlchemy
         from server.estimate.errors import EstimateError
         from server.estimate.schemas import EstimateRequest
         from server.estimate.service import estimate
+        from server.estimate.user_step import load_user_step
     except ImportError as exc:
         raise CliError(f"--local needs PyTorch and the estimator (pip install 'fleetprof[estimate]'): {exc}") from None
     from pydantic import ValidationError
@@ -123,7 +129,9 @@ def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     try:
         request = EstimateRequest.model_validate(req)
         factory = request.model.factory
-        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else ())
+        user_step = load_user_step(step) if step else None
+        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else (),
+                          user_step=user_step)
     except ValidationError as exc:
         raise CliError(f"invalid estimate request: {exc}") from None
     except EstimateError as exc:
@@ -150,10 +158,13 @@ def run(args: argparse.Namespace) -> int:
     req = build_request(args)
     if (args.job_id or args.team) and not args.local:
         raise CliError("--job-id and --team store a --local estimate; the server's estimates are not stored")
+    if args.step and not args.local:
+        raise CliError("--step runs your own training code: it needs --local (the server never imports code a "
+                       "request names)")
     if not args.local:
         est = _send(args, "POST", "/api/v1/estimate", req, timeout_s=args.timeout)
     else:
-        est = estimate_locally(req, args.timeout)
+        est = estimate_locally(req, args.timeout, args.step)
         if args.job_id:
             _send(args, "POST", "/api/v1/jobs", upload_body(est, args))
     sys.stdout.write(json.dumps(est, indent=2) + "\n" if args.format == "json" else format_table(est))

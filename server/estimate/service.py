@@ -21,6 +21,7 @@ from server.estimate.roofline import EFFICIENCY, power_fraction, step_time
 from server.estimate.schemas import MAX_BATCH_SIZE, EstimateRequest, EstimateResponse, GpuFit, RooflineEstimate
 from server.estimate.trace_step import StepSettings, StepTrace, trace_step
 from server.estimate.tracer import Trace
+from server.estimate.user_step import UserStep
 
 MAX_BYTES = 10**15  # 1 PB: no device or cluster of devices holds a step this large
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
@@ -242,16 +243,29 @@ ASSUMPTIONS = [
 ]
 
 
+USER_STEP_ASSUMPTIONS = [
+    "One training step = two calls of the step from --step {name} (the caller's own code, estimated on the "
+    "caller's machine); the second, with optimizer state allocated, is the steady state. --optimizer and "
+    "--grad-accumulation do not apply: the step has its own. torch.autocast('cuda') regions in it are emulated "
+    "with the op lists of the canned step; --precision only picks the peak throughput of the time estimate.",
+]
+
+
 def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
-             registered: Collection[str] = ()) -> EstimateResponse:
-    """`registered`: the factories an operator registered, besides the zoo (server.estimate.allowlist)."""
+             registered: Collection[str] = (), user_step: UserStep | None = None) -> EstimateResponse:
+    """`registered`: the factories an operator registered, besides the zoo (server.estimate.allowlist).
+    `user_step`: the caller's own training step in place of the canned one (`--local --step` only: the API never
+    passes one, and a request has no field to name one)."""
     started = time.monotonic()
     _check_absurd(request)
+    if user_step is not None and request.grad_accumulation != 1:
+        raise AbsurdRequestError("grad_accumulation does not apply with a step of your own: accumulate in the step")
     gpus = _gpus(request.gpu_types)
     resolved = resolve(request.model, request.inputs, request.seq_len, request.target, registered=registered)
     settings = StepSettings(
         optimizer=request.optimizer, optimizer_impl=request.optimizer_impl, precision=request.precision,
         grad_accumulation=request.grad_accumulation, activation_checkpointing=request.activation_checkpointing,
+        user_step=user_step,
     )
     est = _Estimator(resolved, settings)
     st = est.trace(request.batch_size)
@@ -311,5 +325,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         peak_reserved_bytes=base.peak_reserved_bytes, allocations=st.trace.allocations,
         flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
         bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
-        gpus=results, assumptions=ASSUMPTIONS, elapsed_s=time.monotonic() - started,
+        gpus=results, elapsed_s=time.monotonic() - started,
+        assumptions=ASSUMPTIONS if user_step is None else [
+            *(a.format(name=user_step.name) for a in USER_STEP_ASSUMPTIONS), *ASSUMPTIONS[2:]],
     )

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from server.estimate.emulation import CudaStepEmulation
@@ -94,7 +95,7 @@ def run_user_steps(
         if current:
             mark(f"{current.pop()}_optimizer")
 
-    handle = torch.optim.optimizer.register_optimizer_step_pre_hook(before_optimizer)
+    handle = register_optimizer_step_pre_hook(before_optimizer)
     try:
         with emulation, _cuda_autocast_emulated(emulation), _BackwardUnderEmulation():
             for i in range(steps):
