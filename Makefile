@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install run lint test test-gpu bench services browser prometheus compose clean
+.PHONY: install run lint test test-gpu validate-gpu bench services browser prometheus compose clean
 
 install: $(STAMP)
 
@@ -55,8 +55,14 @@ test: install lint services browser prometheus compose
 test-gpu: install
 	$(BIN)/python -m pytest -m gpu   # opt-in, on a machine with an NVIDIA GPU
 
+# The estimator against a real GPU (measures, writes bench/results/gpu_<device>.md and the measured calibration
+# entries in server/estimate/calibration.json): commit both whenever a GPU is at hand. Exits 2 without one.
+validate-gpu: install
+	$(BIN)/python bench/validate_gpu.py
+
+# every benchmark but the GPU validation (its own target above: it needs a GPU)
 bench: install services
-	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in $(filter-out bench/validate_gpu.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .fleetprof .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

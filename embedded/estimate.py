@@ -16,13 +16,15 @@ from fleetprof.errors import CliError
 add_arguments = command.add_arguments
 
 
-def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed."""
+def estimate_locally(req: dict[str, Any], timeout_s: float, step: str | None = None) -> dict[str, Any]:
+    """The estimator in this process: the user's own machine and code, so the factory named is the one allowed,
+    and `step` ('module:function', server.estimate.user_step) may replace the canned training step."""
     try:
         # heavy and optional (torch): only for --local; the estimator imports neither FastAPI nor SQLAlchemy
         from server.estimate.errors import EstimateError
         from server.estimate.schemas import EstimateRequest
         from server.estimate.service import estimate
+        from server.estimate.user_step import load_user_step
     except ImportError as exc:
         raise CliError(f"--local needs PyTorch and the estimator (pip install 'fleetprof[estimate]'): {exc}") from None
 
@@ -31,7 +33,9 @@ def estimate_locally(req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     try:
         request = EstimateRequest.model_validate(req)
         factory = request.model.factory
-        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else ())
+        user_step = load_user_step(step) if step else None
+        result = estimate(request, search_budget_s=timeout_s / 2, registered=(factory,) if factory else (),
+                          user_step=user_step)
     except ValidationError as exc:
         raise CliError(f"invalid estimate request: {exc}") from None
     except EstimateError as exc:

@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="server-side time limit (s)")
     parser.add_argument("--local", action="store_true",
                         help="estimate here, in this process (your own code: any importable factory); needs PyTorch")
+    parser.add_argument("--step", metavar="MODULE:FUNCTION",
+                        help="with --local: your own training step in place of the canned one; FUNCTION(model) "
+                             "returns step(*inputs) doing forward, loss, backward and optimizer step(s) "
+                             "(docs/guide-teams.md)")
     parser.add_argument("--job-id", help="with --local: store the result with this job (its metadata.estimate)")
     parser.add_argument("--team", help="with --job-id: the job's team (a team token implies its own)")
     parser.add_argument("--format", choices=["table", "json"], default="table")
@@ -120,7 +124,7 @@ def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     return body
 
 
-LocalEstimator = Callable[[dict[str, Any], float], dict[str, Any]]
+LocalEstimator = Callable[[dict[str, Any], float, str | None], dict[str, Any]]
 """(request, time limit in s) -> the estimate, computed in this process."""
 
 
@@ -128,13 +132,16 @@ def run(args: argparse.Namespace, local: LocalEstimator | None = None) -> int:
     req = build_request(args)
     if (args.job_id or args.team) and not args.local:
         raise CliError("--job-id and --team store a --local estimate; the server's estimates are not stored")
+    if args.step and not args.local:
+        raise CliError("--step runs your own training code: it needs --local (the server never imports code a "
+                       "request names)")
     if not args.local:
         with api_client(args.server, args.token) as api:
             est = api.estimate(req, timeout_s=args.timeout)
     else:
         if local is None:
             raise CliError("--local needs the estimator, which this install lacks (pip install 'fleetprof[estimate]')")
-        est = local(req, args.timeout)
+        est = local(req, args.timeout, args.step)
         if args.job_id:
             with api_client(args.server, args.token) as api:
                 api.register_job(upload_body(est, args))

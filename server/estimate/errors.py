@@ -39,6 +39,12 @@ class AbsurdRequestError(EstimateError):
     kind = "absurd_request"
 
 
+class UserStepError(EstimateError):
+    """The user's own training step (`--step`, local only) could not be imported, built or called."""
+
+    kind = "user_step_failed"
+
+
 class EstimateTimeoutError(EstimateError):
     kind = "timeout"
 
@@ -53,6 +59,6 @@ ERROR_KINDS: dict[str, type[EstimateError]] = {
     cls.kind: cls
     for cls in (
         EstimateError, UnknownModelError, UnknownGpuError, ModelBuildError, InputMismatchError,
-        AbsurdRequestError, EstimateTimeoutError, EstimateCrashError,
+        AbsurdRequestError, UserStepError, EstimateTimeoutError, EstimateCrashError,
     )
 }

@@ -3,21 +3,26 @@ roofline time and energy. Runs inside the worker started by `runner.run_estimate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
+
+import torch
 
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
 from server.estimate.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
 from server.estimate.breakdown import classify, estimate_breakdown
 from server.estimate.calibration import calibration_for
 from server.estimate.errors import AbsurdRequestError, UnknownGpuError
+from server.estimate.meta_kernels import MetaKernels
 from server.estimate.models import ResolvedModel, resolve
 from server.estimate.roofline import EFFICIENCY, power_fraction, step_time
 from server.estimate.schemas import MAX_BATCH_SIZE, EstimateRequest, EstimateResponse, GpuFit, RooflineEstimate
 from server.estimate.trace_step import StepSettings, StepTrace, trace_step
 from server.estimate.tracer import Trace
+from server.estimate.user_step import UserStep
 
 MAX_BYTES = 10**15  # 1 PB: no device or cluster of devices holds a step this large
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
@@ -56,20 +61,40 @@ class _Fit:
     fits: bool
 
 
+def _built_once(resolved: ResolvedModel) -> ResolvedModel:
+    """`resolved` whose `build` returns the same model on each call for a device, its gradients cleared (a step
+    leaves none after zero_grad(set_to_none=True); a user's step may). Meta parameters hold no values, so the
+    steps of one trace leave nothing the next could see: every storage is registered afresh as the baseline."""
+    models: dict[torch.device, torch.nn.Module] = {}
+
+    def build(device: torch.device) -> torch.nn.Module:
+        model = models.get(device)
+        if model is None or device.type != "meta":
+            model = models[device] = resolved.build(device)
+        for p in model.parameters():
+            p.grad = None
+        return model
+
+    return dataclasses.replace(resolved, build=build)
+
+
 class _Estimator:
     """Traces per batch size (cached) and allocator replays per (batch size, GPU)."""
 
     def __init__(self, resolved: ResolvedModel, settings: StepSettings) -> None:
-        self.resolved = resolved
+        # one model for every traced batch size (a 7 B model takes ~1 s to build on meta); not with activation
+        # checkpointing, whose generic switch wraps the blocks' forwards again on every call
+        self.resolved = resolved if settings.activation_checkpointing else _built_once(resolved)
         self.settings = settings
         self.traces: dict[int, StepTrace] = {}
         self._replays: dict[tuple[int, int, int | None], _Fit] = {}
         self._affine: tuple[list[tuple[int, int, int]], Trace] | None = None
+        self.kernels = MetaKernels()  # shared by the traces of all batch sizes: each layer's shapes recur
 
     def trace(self, batch_size: int) -> StepTrace:
         st = self.traces.get(batch_size)
         if st is None:
-            st = trace_step(self.resolved, self.settings, batch_size)
+            st = trace_step(self.resolved, self.settings, batch_size, self.kernels)
             peak = st.trace.peak_requested_bytes()
             if peak > MAX_BYTES:
                 raise AbsurdRequestError(
@@ -126,8 +151,22 @@ class _Estimator:
         key = (batch_size, workspace_bytes, capacity_bytes)
         hit = self._replays.get(key)
         if hit is None:
-            hit = self._replays[key] = self._replay(batch_size, workspace_bytes, capacity_bytes)
+            hit = self._replays[key] = self._bounded(batch_size, workspace_bytes, capacity_bytes)
         return hit
+
+    def _bounded(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
+        """A replay on a device of `capacity_bytes`, decided from the unbounded replay (shared by every GPU with
+        the same workspace) where that settles it: a run that never reserves more than the capacity is the same
+        run on the smaller device; one whose live blocks alone exceed it cannot fit. Only in between, where
+        releasing cached segments may save it, is the bounded run replayed."""
+        if capacity_bytes is None:
+            return self._replay(batch_size, workspace_bytes, None)
+        free = self.replay(batch_size, workspace_bytes, None)
+        if free.stats.peak_reserved_bytes <= capacity_bytes:
+            return free
+        if free.stats.peak_allocated_bytes > capacity_bytes:
+            return _Fit(free.stats, False)
+        return self._replay(batch_size, workspace_bytes, capacity_bytes)
 
     def _replay(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
         sim = CachingAllocatorSim(capacity_bytes)
@@ -205,16 +244,29 @@ ASSUMPTIONS = [
 ]
 
 
+USER_STEP_ASSUMPTIONS = [
+    "One training step = two calls of the step from --step {name} (the caller's own code, estimated on the "
+    "caller's machine); the second, with optimizer state allocated, is the steady state. --optimizer and "
+    "--grad-accumulation do not apply: the step has its own. torch.autocast('cuda') regions in it are emulated "
+    "with the op lists of the canned step; --precision only picks the peak throughput of the time estimate.",
+]
+
+
 def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
-             registered: Collection[str] = ()) -> EstimateResponse:
-    """`registered`: the factories an operator registered, besides the zoo (server.estimate.allowlist)."""
+             registered: Collection[str] = (), user_step: UserStep | None = None) -> EstimateResponse:
+    """`registered`: the factories an operator registered, besides the zoo (server.estimate.allowlist).
+    `user_step`: the caller's own training step in place of the canned one (`--local --step` only: the API never
+    passes one, and a request has no field to name one)."""
     started = time.monotonic()
     _check_absurd(request)
+    if user_step is not None and request.grad_accumulation != 1:
+        raise AbsurdRequestError("grad_accumulation does not apply with a step of your own: accumulate in the step")
     gpus = _gpus(request.gpu_types)
     resolved = resolve(request.model, request.inputs, request.seq_len, request.target, registered=registered)
     settings = StepSettings(
         optimizer=request.optimizer, optimizer_impl=request.optimizer_impl, precision=request.precision,
         grad_accumulation=request.grad_accumulation, activation_checkpointing=request.activation_checkpointing,
+        user_step=user_step,
     )
     est = _Estimator(resolved, settings)
     st = est.trace(request.batch_size)
@@ -230,7 +282,8 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
     autocast = {"amp_fp16": "fp16", "amp_bf16": "bf16"}.get(request.precision)
     deadline = started + search_budget_s
     if request.search_max_batch:
-        est.fit_affine(request.batch_size)
+        # batch 1 may take other code paths (squeezed dims, other kernels): the affine model starts at 2
+        est.fit_affine(max(request.batch_size, 2))
 
     results = []
     for gpu in gpus:
@@ -279,6 +332,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         peak_reserved_bytes=base.peak_reserved_bytes, allocations=st.trace.allocations,
         flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
         bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
-        gpus=results, breakdown=estimate_breakdown(parts, base), assumptions=ASSUMPTIONS,
-        elapsed_s=time.monotonic() - started,
+        gpus=results, breakdown=estimate_breakdown(parts, base), elapsed_s=time.monotonic() - started,
+        assumptions=ASSUMPTIONS if user_step is None else [
+            *(a.format(name=user_step.name) for a in USER_STEP_ASSUMPTIONS), *ASSUMPTIONS[2:]],
     )

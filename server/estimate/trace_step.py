@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from server.estimate.breakdown import StepOrigins
 from server.estimate.emulation import CudaStepEmulation
-from server.estimate.errors import InputMismatchError
+from server.estimate.errors import EstimateError, InputMismatchError
+from server.estimate.meta_kernels import MetaKernels
 from server.estimate.models import ResolvedModel, enable_checkpointing
 from server.estimate.step import Batch, make_optimizer, train_steps
 from server.estimate.tracer import StorageRecorder, Trace
+from server.estimate.user_step import UserStep, run_user_steps
 
 AUTOCAST_DTYPES = {"fp32": None, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
 TRACED_STEPS = 2  # the second step runs with optimizer state allocated: that is the steady state
@@ -25,6 +28,7 @@ class StepSettings:
     precision: str = "fp32"
     grad_accumulation: int = 1
     activation_checkpointing: bool = False
+    user_step: UserStep | None = None  # the caller's own step (--local --step), in place of step.train_steps
 
     @property
     def traced_micro_batches(self) -> int:
@@ -56,11 +60,23 @@ def baseline_tensors(model: torch.nn.Module, batch: Batch) -> list[torch.Tensor]
     return [*model.parameters(), *model.buffers(), *batch.tensors()]
 
 
-def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int) -> StepTrace:
+def run_steps(model: torch.nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, emulation: CudaStepEmulation,
+              settings: StepSettings, mark: Callable[[str], None] = lambda _name: None) -> None:
+    """The traced steps: the user's own step when the settings carry one, else the canned step."""
+    if settings.user_step is not None:
+        run_user_steps(settings.user_step, model, batch, emulation, steps=TRACED_STEPS, mark=mark)
+    else:
+        train_steps(model, batch, optimizer, emulation, steps=TRACED_STEPS,
+                    micro_batches=settings.traced_micro_batches, mark=mark)
+
+
+def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int,
+               kernels: MetaKernels | None = None) -> StepTrace:
+    """`kernels`: memoised meta kernels to share with other traces of the same model (server.estimate.meta_kernels)."""
     meta = torch.device("meta")
     model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, meta)
     params = list(model.parameters())
-    recorder = StorageRecorder()
+    recorder = StorageRecorder(kernels=kernels)
     recorder.register(baseline_tensors(model, batch))
     origins = StepOrigins(recorder, model, optimizer)
     origins.register_baseline(batch.tensors())
@@ -72,10 +88,9 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int)
 
     try:
         with recorder, origins:
-            train_steps(
-                model, batch, optimizer, emulation,
-                steps=TRACED_STEPS, micro_batches=settings.traced_micro_batches, mark=mark,
-            )
+            run_steps(model, batch, optimizer, emulation, settings, mark)
+    except EstimateError:
+        raise
     except Exception as exc:  # the model's own code raised: shapes, dtypes, an op meta cannot run
         raise InputMismatchError(
             f"the training step failed for batch size {batch_size}: {type(exc).__name__}: {str(exc)[:500]}"

@@ -20,7 +20,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from server.estimate.roofline import OpCost, op_cost
+from server.estimate.meta_kernels import MetaKernels
+from server.estimate.roofline import OpCost
 
 _aten = torch.ops.aten
 _META_SCALARS: dict[torch.dtype, Any] = {torch.bool: True, torch.float32: 1.0, torch.float16: 1.0, torch.bfloat16: 1.0}
@@ -52,10 +53,11 @@ class Trace:
 class StorageRecorder(TorchDispatchMode):
     """Appends to `trace` while active; `close()` stops recording frees that happen after the step."""
 
-    def __init__(self, trace: Trace | None = None, count_ops: bool = True) -> None:
+    def __init__(self, trace: Trace | None = None, count_ops: bool = True, kernels: MetaKernels | None = None) -> None:
         super().__init__()
         self.trace = trace or Trace()
         self.count_ops = count_ops
+        self.kernels = kernels or MetaKernels()  # memoised meta kernels; pass one to share it across traces
         self._live: dict[int, tuple[int, int]] = {}  # id(storage) -> (storage id, nbytes)
         self._refs: dict[int, weakref.ref] = {}
         self._next_id = 0
@@ -112,13 +114,14 @@ class StorageRecorder(TorchDispatchMode):
             # a data-dependent branch (`.item()`, `if t.all():`) has no value on meta. Models use these to
             # detect the unusual case (padding present, packed sequences), so read True / 1: the plain case.
             return _META_SCALARS.get(args[0].dtype, 1)
-        out = func(*args, **kwargs)
+        key = self.kernels.key(func, args, kwargs)
+        out = self.kernels.run(func, args, kwargs, key)
         new = False
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 new |= self._track(t.untyped_storage())
         if self.count_ops and func not in _NO_COST and (new or func._schema.is_mutable):
-            cost = op_cost(func, args, kwargs, out)
+            cost = self.kernels.cost(func, args, kwargs, out, key)
             if cost is not None:
                 self.trace.ops.append(cost)
         return out

@@ -12,8 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from server.estimate.models import ResolvedModel
-from server.estimate.step import train_steps
-from server.estimate.trace_step import TRACED_STEPS, StepSettings, baseline_tensors, prepare
+from server.estimate.trace_step import StepSettings, baseline_tensors, prepare, run_steps
 
 
 def _unique_storage_bytes(tensors: list[torch.Tensor]) -> int:
@@ -31,10 +30,7 @@ def measure_cpu_peak(resolved: ResolvedModel, settings: StepSettings, batch_size
     model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, cpu)
     baseline = _unique_storage_bytes(baseline_tensors(model, batch))
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        train_steps(
-            model, batch, optimizer, emulation,
-            steps=TRACED_STEPS, micro_batches=settings.traced_micro_batches,
-        )
+        run_steps(model, batch, optimizer, emulation, settings)
     events = [
         (e.start_ns(), i, e.nbytes())
         for i, e in enumerate(prof.profiler.kineto_results.events())
