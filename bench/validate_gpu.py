@@ -220,7 +220,7 @@ def main() -> int:
         print(f"validate-gpu: no CUDA GPU here (torch {torch.__version__}, torch.cuda.is_available() is False): "
               "nothing measured", file=sys.stderr)
         return 2
-    from server.analysis.gpu_catalog import find_model
+    from server.analysis.base.gpu_catalog import find_model
 
     nvml = _nvml()
     slot = 0
@@ -229,7 +229,7 @@ def main() -> int:
     device = torch.cuda.get_device_name(0)
     model = find_model(device) or find_model(device.replace("NVIDIA ", ""))
     if model is None:
-        print(f"validate-gpu: {device!r} is not in server/analysis/gpu_catalog.json (add it, with its aliases)",
+        print(f"validate-gpu: {device!r} is not in server/analysis/base/gpu_catalog.json (add it, with its aliases)",
               file=sys.stderr)
         return 2
     driver = nvml.node_facts().driver_version if nvml is not None else None

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bench.validate_gpu import CALIBRATION, error_fraction, render_markdown, update_calibration
-from server.analysis.gpu_catalog import find_model
+from server.analysis.base.gpu_catalog import find_model
 from server.estimate.calibration import calibration_for
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from agent.cli import estimate as cli
+from embedded import estimate as cli
 from fleetprof.errors import CliError
 from server.estimate.errors import InputMismatchError, UserStepError
 from server.estimate.models import ResolvedModel, resolve
