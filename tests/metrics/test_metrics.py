@@ -50,7 +50,7 @@ def test_metrics_cover_ingest_rejections_queue_tasks_and_gpus(broker_api, make_t
     # Work waiting in the Celery queue (pushed by hand: no worker runs here) and durations workers recorded.
     queue = server_settings.queue_name
     client = redis.Redis.from_url(redis_url)
-    client.delete(*celery_queue_keys(queue))
+    client.delete(*celery_queue_keys(queue), task_stats_key(queue))  # earlier tests' real workers recorded some
     client.lpush(celery_queue_keys(queue)[0], "t1", "t2")
     client.lpush(celery_queue_keys(queue)[1], "t3")  # a priority sub-queue counts too
     for seconds in (0.2, 0.7, 40.0):
