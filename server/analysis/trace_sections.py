@@ -54,6 +54,10 @@ def merge_trace_sections(report: dict[str, Any], traces: list[dict[str, Any]]) -
         trace, section = plan
         report["optimization"] = {**section, "source": f"{trace.get('kind')}:{trace.get('filename')}"}
         sources["optimization"] = f"allocation trace from {trace.get('kind')} upload {trace.get('filename')!r}"
+        computed = section.get("allocator_recommendation")  # allocator settings compared by simulation
+        if computed:
+            recs = [r for r in report.get("recommendations") or [] if r.get("kind") != computed["kind"]]
+            report["recommendations"] = [*recs, computed]
     else:
         report["optimization"] = None
     return report
