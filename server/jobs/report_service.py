@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import SAMPLE_FIELD_NAMES
 from server.analysis import characterize as characterize_mod
+from server.analysis.fit_advice import fit_recommendations
 from server.analysis.fleet import job_fleet_row
 from server.analysis.jobdata import EnergySettings, GpuSeries, JobData, ProcessPeak, StepSeries
 from server.analysis.jobdata import LayerStat as LayerRow
@@ -264,6 +265,8 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     traces = [t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
               for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
     merge_trace_sections(report, traces)
+    # near or past capacity: needs the layer table and the trace's breakdown, so after the merge
+    report["recommendations"] = [*(report.get("recommendations") or []), *fit_recommendations(report)]
     report.setdefault("team", job.team)
     report.setdefault("name", job.name)
     # An upsert: the worker (or the in-process task) and a reader may characterize the same job at once.
