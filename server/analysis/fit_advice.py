@@ -132,6 +132,8 @@ def fit_recommendations(report: Mapping[str, Any], *, batch_fit: BatchFit | None
            else f"its peak {size(peak)} is within 5 % of {size(capacity)}")
     breakdown = (report.get("optimization") or {}).get("memory_breakdown") or {}
     activations = _part(breakdown, "activations", "step_allocations")
+    activations_source = ("activations" if _part(breakdown, "activations") is not None
+                          else "step allocations (activations and temporaries together)" if activations else None)
     weights = _part(breakdown, "weights")
     recs = []
 
@@ -154,8 +156,10 @@ def fit_recommendations(report: Mapping[str, Any], *, batch_fit: BatchFit | None
     if amp is not None and amp[0] > 0:
         recs.append(recommendation(
             "amp_bf16", f"AMP bf16 autocast: about {size(amp[0])} less",
-            f"{why}; {at_least}{size(need)} must go. Saving from {amp[1]}",
-            {"need_bytes": need, "activation_bytes": activations, "weight_bytes": weights, "method": amp[1],
+            f"{why}; {at_least}{size(need)} must go. Saving from {amp[1]}"
+            + (f"; the activations are the breakdown's {activations_source}" if amp_estimate is None else ""),
+            {"need_bytes": need, "activation_bytes": activations, "activations_source": activations_source,
+             "weight_bytes": weights, "method": amp[1],
              "peak_bytes": peak, "capacity_bytes": capacity, "meets_need": amp[0] >= need},
             {"bytes": amp[0]}))
 

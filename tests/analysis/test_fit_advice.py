@@ -84,6 +84,15 @@ def test_fit_recommendations_for_a_job_near_capacity() -> None:
     assert ckpt["saving"]["extra_step_s"] == pytest.approx(0.021)
     assert amp["saving"]["bytes"] == 22 * GiB  # 24 GiB of activations less 2 GiB of bf16 weight copies
     assert batch["evidence"]["largest_batch"] == 50
+    assert amp["evidence"]["activations_source"] == "activations"
+
+
+def test_measured_step_allocations_stand_in_for_activations_and_say_so() -> None:
+    report = _report(78 * GiB, False)
+    report["optimization"]["memory_breakdown"] = {"activations": {"bytes": None},
+                                                  "step_allocations": {"bytes": 40 * GiB}}
+    [_, amp, _] = fit_recommendations(report)
+    assert amp["saving"]["bytes"] == 20 * GiB and "step allocations" in amp["reason"]
 
 
 def test_no_fit_advice_with_room_and_at_least_after_an_oom() -> None:
