@@ -16,7 +16,8 @@ The rules, and what each figure is:
   bf16 runs where given (same model), else from the activation share with that correction when the weights are
   known.
 - batch: from the memory-vs-batch fit over runs where one exists; else from the activation share, taking
-  activations as proportional to the batch (memory = (peak - activations) + activations / batch x batch).
+  activations as proportional to the batch (memory = (peak - activations) + activations / batch x batch); the
+  largest batch that leaves 5 % free, or none when the part that does not scale already leaves less.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetprof.units import size
-from server.analysis.rightsizing import SAFETY_MARGIN_FRACTION, BatchFit, max_batch_size, recommendation
+from server.analysis.rightsizing import BatchFit, max_batch_size, recommendation
 
 NEAR_CAPACITY_FRACTION = 0.95
+FIT_MARGIN_FRACTION = 1 - NEAR_CAPACITY_FRACTION  # "fits": out of the near-capacity band
 
 
 @dataclass(frozen=True)
@@ -97,16 +99,19 @@ def amp_bf16_saving(activation_bytes: int | None, weight_bytes: int | None,
 
 
 def largest_batch(peak_bytes: int, capacity_bytes: int, batch_size: int | None, activation_bytes: int | None,
-                  batch_fit: BatchFit | None) -> tuple[int, str] | None:
+                  batch_fit: BatchFit | None) -> tuple[int | None, BatchFit, str] | None:
+    """(largest batch leaving 5 % free, or None when even the part that does not scale leaves less; the fit;
+    how it was found), or None without a fit or the figures to make one."""
     if batch_fit is not None:
-        best = max_batch_size(batch_fit, capacity_bytes)
-        return (best, f"memory-vs-batch fit over {batch_fit.runs} runs") if best else None
-    if not batch_size or not activation_bytes:
+        fit, how = batch_fit, f"memory-vs-batch fit over {batch_fit.runs} runs"
+    elif batch_size and activation_bytes:
+        fit = BatchFit(fixed_bytes=float(peak_bytes - activation_bytes), per_sample_bytes=activation_bytes / batch_size,
+                       r2=None, runs=1)
+        how = "this run's activations taken as proportional to the batch"
+    else:
         return None
-    per_sample = activation_bytes / batch_size
-    fit = BatchFit(fixed_bytes=float(peak_bytes - activation_bytes), per_sample_bytes=per_sample, r2=None, runs=1)
-    best = max_batch_size(fit, capacity_bytes)
-    return (best, "this run's activations taken as proportional to the batch") if best else None
+    best = max_batch_size(fit, capacity_bytes, margin=FIT_MARGIN_FRACTION)
+    return (best if best else None), fit, how
 
 
 def _part(breakdown: Mapping[str, Any], *keys: str) -> int | None:
@@ -122,7 +127,8 @@ def fit_recommendations(report: Mapping[str, Any], *, batch_fit: BatchFit | None
     """The fit recommendations for a job near or past capacity; [] for any other job."""
     mem = report.get("memory") or {}
     capacity = mem.get("memory_total_bytes")
-    peak = mem.get("peak_reserved_bytes") or mem.get("peak_used_bytes")
+    # what must fit on the device: NVML's used memory (context included), else the allocator's reserved
+    peak = mem.get("peak_used_bytes") or mem.get("peak_reserved_bytes")
     oom = bool(mem.get("oom_detected") or mem.get("oom_suspected"))
     if not capacity or peak is None or not near_capacity(peak, capacity, oom):
         return []
@@ -165,13 +171,17 @@ def fit_recommendations(report: Mapping[str, Any], *, batch_fit: BatchFit | None
 
     batch = largest_batch(peak, capacity, report.get("batch_size"), activations, batch_fit)
     if batch is not None:
-        best, how = batch
+        best, fit, how = batch
         now = report.get("batch_size")
+        summary = (f"Largest batch that fits: {best}" + (f" (now {now})" if now else "") if best is not None
+                   else f"No batch size leaves 5 % free: {size(fit.fixed_bytes)} does not scale with the batch")
         recs.append(recommendation(
-            "batch_size_fit", f"Largest batch that fits: {best}" + (f" (now {now})" if now else ""),
-            f"{why}; from {how}, keeping {SAFETY_MARGIN_FRACTION:.0%} of {size(capacity)} free"
+            "batch_size_fit", summary,
+            f"{why}; from {how}: memory ≈ {size(fit.fixed_bytes)} + {size(fit.per_sample_bytes)} × batch, "
+            f"keeping {FIT_MARGIN_FRACTION:.0%} of {size(capacity)} free"
             + ("; the peak of a run that ran out is a lower bound, so this batch is an upper bound" if oom else ""),
             {"largest_batch": best, "batch_size": now, "method": how, "capacity_bytes": capacity,
+             "fixed_bytes": fit.fixed_bytes, "per_sample_bytes": fit.per_sample_bytes,
              "activation_bytes": activations, "peak_bytes": peak},
             None))
     return recs

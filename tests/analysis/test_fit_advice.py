@@ -58,12 +58,16 @@ def test_amp_saving_from_estimator_else_activation_share() -> None:
 
 
 def test_largest_batch_from_fit_or_activation_share() -> None:
-    # memory = 20 GiB + 1 GiB x batch, 80 GiB with 15 % free: 68 GiB -> 48
+    # memory = 20 GiB + 1 GiB x batch, 80 GiB with 5 % free: 76 GiB -> 56
     fit = BatchFit(fixed_bytes=20 * GiB, per_sample_bytes=1 * GiB, r2=1.0, runs=3)
-    assert largest_batch(79 * GiB, 80 * GiB, 32, None, fit) == (48, "memory-vs-batch fit over 3 runs")
-    # one run: 78 GiB peak at batch 64 with 48 GiB activations: 30 GiB fixed + 0.75 GiB/sample -> (68 - 30) / 0.75
-    assert largest_batch(78 * GiB, 80 * GiB, 64, 48 * GiB, None)[0] == 50
+    assert largest_batch(79 * GiB, 80 * GiB, 32, None, fit) == (56, fit, "memory-vs-batch fit over 3 runs")
+    # one run: 78 GiB peak at batch 64 with 48 GiB activations: 30 GiB fixed + 0.75 GiB/sample -> 46 / 0.75
+    result = largest_batch(78 * GiB, 80 * GiB, 64, 48 * GiB, None)
+    assert result is not None and result[0] == 61 and result[1].fixed_bytes == 30 * GiB
     assert largest_batch(78 * GiB, 80 * GiB, None, 48 * GiB, None) is None
+    # 1 GiB of activations at 78 GiB: 77 GiB does not scale, more than 95 % of 80 GiB
+    result = largest_batch(78 * GiB, 80 * GiB, 64, 1 * GiB, None)
+    assert result is not None and result[0] is None
 
 
 def _report(peak: int, oom: bool) -> dict[str, Any]:
@@ -83,7 +87,7 @@ def test_fit_recommendations_for_a_job_near_capacity() -> None:
     assert ckpt["saving"]["bytes"] >= 2 * GiB and ckpt["evidence"]["meets_need"]
     assert ckpt["saving"]["extra_step_s"] == pytest.approx(0.021)
     assert amp["saving"]["bytes"] == 22 * GiB  # 24 GiB of activations less 2 GiB of bf16 weight copies
-    assert batch["evidence"]["largest_batch"] == 50
+    assert batch["evidence"]["largest_batch"] == 61
     assert amp["evidence"]["activations_source"] == "activations"
 
 
