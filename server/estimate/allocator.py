@@ -21,12 +21,13 @@ collapse to one; cross-stream uses (record_stream, NCCL) are outside this model.
   is not a power of two is rounded up to the next of N equal steps between its power-of-two floor and ceiling;
 - `max_split_size_mb:M` (`get_free_block`, `should_split`, `release_available_cached_blocks`): blocks of M MiB
   or more are not split for smaller requests, an oversize request takes a block at most 20 MiB larger, and
-  before flushing the whole cache at capacity the allocator frees the oversize cached blocks it needs;
+  before flushing the whole cache at capacity the allocator frees the oversize cached blocks it needs (here
+  whole cached segments only: the smallest one large enough, else the largest ones until they add up);
 - `expandable_segments:True` (`try_allocate_expandable_block`, `map_block`, `should_split`): one segment per pool
   that grows at its end by mapping pages (kSmallBuffer = 2 MiB for the small pool, kLargeBuffer = 20 MiB for the
   large one); a request no free block fits extends the free block at the end (if any) by whole pages; every
-  remainder of 512 B or more is split off; at capacity the free pages at the end are unmapped and the request
-  retried (the real allocator also unmaps whole free pages inside; not modelled);
+  remainder of 512 B or more is split off; past capacity the request fails (the real allocator first unmaps the
+  whole free pages inside the segment and retries; not modelled, so this can report an OOM it would avoid);
 - `garbage_collection_threshold:T` (`garbage_collect_cached_blocks`): only when the allowed memory is capped
   (`torch.cuda.set_per_process_memory_fraction`, here `capacity_bytes`): before a new segment, if reserved
   exceeds T x capacity, free unsplit cached large-pool segments whose age (get_free_block calls on the pool
