@@ -1,5 +1,5 @@
 """Reserved memory of real traces: the caching-allocator simulation replayed on their allocations vs the recorded
-`Total Reserved`, per trace and device (server.estimate.reserved_replay says what is modelled and how).
+`Total Reserved`, per trace and device (server.analysis.planning.reserved_replay says what is modelled and how).
 
 Every real Kineto trace in tests/data/kineto whose `[memory]` events carry `Addr` and `Total Reserved` is read
 (the 2021 kineto-tb traces carry only `Bytes`; the others no memory events). Columns, MiB unless marked:
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.report import write_report  # noqa: E402
-from server.estimate.reserved_replay import replay_trace  # noqa: E402
+from server.analysis.planning.reserved_replay import replay_trace  # noqa: E402
 
 KINETO = REPO / "tests" / "data" / "kineto"
 MIB = 1 << 20

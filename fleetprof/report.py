@@ -139,6 +139,33 @@ class MemoryBreakdown(Section):
     total_bytes: int | None = Field(description="sum of the known parts")
 
 
+class AllocConfCandidate(Section):
+    alloc_conf: str = Field(description="the PYTORCH_CUDA_ALLOC_CONF value simulated ('' = PyTorch's defaults)")
+    peak_reserved_bytes: int | None = Field(description="simulated reserved peak; null: ran out of memory")
+    out_of_memory: bool = Field(description="the simulation could not place an allocation within capacity")
+    note: str | None = Field(default=None, description="a condition the setting needs to act")
+
+
+class AllocConfAdvice(Section):
+    """`PYTORCH_CUDA_ALLOC_CONF` settings compared by replaying one device's allocator trace through the
+    caching-allocator simulation under each; the recommended one has the lowest simulated reserved peak."""
+
+    device: str
+    events: int
+    source: str = Field(description="what was simulated, from which trace")
+    capacity_bytes: int | None = Field(description="the allowed memory simulated; null: unbounded")
+    peak_allocated_bytes: int = Field(description="simulated allocated peak: no setting reserves less")
+    recorded_peak_reserved_bytes: int | None = Field(description="the trace's own Total Reserved peak")
+    baseline_peak_reserved_bytes: int | None = Field(description="simulated with the defaults; null: out of memory")
+    candidates: list[AllocConfCandidate]
+    best_alloc_conf: str = Field(description="the setting with the lowest simulated reserved peak ('' = defaults)")
+    best_peak_reserved_bytes: int | None
+    saving_bytes: int | None = Field(description="baseline - best simulated reserved peak; null: the defaults ran "
+                                                 "out of memory in the simulation")
+    saving_pct: float | None = Field(description="saving_bytes / baseline_peak_reserved_bytes x 100")
+    env: str | None = Field(description="the environment line to set; null: keep the defaults")
+
+
 # -------------------------------------------------------------------------------------------------------- time
 class StepTime(Section):
     mean: float | None

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from fleetprof.report import BreakdownPart, MemoryBreakdown, ModuleActivations
-from server.estimate.allocator import AllocatorStats
+from server.analysis.planning.allocator import AllocatorStats
 from server.estimate.tracer import StorageRecorder, Trace
 
 WEIGHTS, INPUTS, GRADIENTS, OPTIMIZER_STATE = "weights", "inputs", "gradients", "optimizer_state"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
-from server.estimate.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
+from server.analysis.planning.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
 from server.estimate.breakdown import classify, estimate_breakdown
 from server.estimate.calibration import calibration_for
 from server.estimate.errors import AbsurdRequestError, UnknownGpuError

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet.rollup import job_fleet_row
+from server.analysis.planning.fit_advice import fit_recommendations
 from server.analysis.traces.sections import merge_trace_sections
 from server.config import ServerSettings
 from server.db import dialect_insert, session_scope
@@ -35,6 +36,8 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     traces = [t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
               for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
     merge_trace_sections(report, traces)
+    # near or past capacity: needs the layer table and the trace's breakdown, so after the merge
+    report["recommendations"] = [*(report.get("recommendations") or []), *fit_recommendations(report)]
     report.setdefault("team", job.team)
     report.setdefault("name", job.name)
     # An upsert: the worker (or the in-process task) and a reader may characterize the same job at once.

@@ -20,7 +20,10 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from fleetprof.report import AllocConfAdvice
+from server.analysis.planning.alloc_conf import recommend_alloc_conf
 from server.analysis.planning.optimization import optimization_section
+from server.analysis.planning.reserved_replay import read_memory_events
 from server.analysis.traces import alloc_trace
 from server.analysis.traces.kineto import summarize_trace
 from server.analysis.traces.module_spans import read_module_spans
@@ -92,9 +95,11 @@ def _kineto_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
         try:
             trace = alloc_trace.from_kineto(upload.path)
             if len(trace.size_bytes):
+                device = summary.get("device") or {}
                 summary["optimization"] = optimization_section(
                     trace, observed_reserved_bytes=trace.observed_reserved_bytes,
-                    gpu_name=(summary.get("device") or {}).get("name"), module_spans=read_module_spans(upload.path))
+                    gpu_name=device.get("name"), module_spans=read_module_spans(upload.path),
+                    alloc_conf=alloc_conf_advice(upload.path, trace.device, device.get("memory_total_bytes")))
         except (ValueError, TraceFormatError) as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
     return summary
@@ -121,6 +126,16 @@ def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
         except ValueError as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
     return summary
+
+
+def alloc_conf_advice(path: Path, device: str | None, capacity_bytes: int | None) -> AllocConfAdvice | None:
+    """Allocator settings compared by simulation on the device's `[memory]` events (the bridge from the
+    estimator's simulation to the report: analysis cannot import it); None when the events carry no addresses."""
+    devices = [d for d in read_memory_events(path) if d.events]
+    chosen = [d for d in devices if d.device == device] or sorted(devices, key=lambda d: -len(d.events))[:1]
+    if not chosen:
+        return None
+    return recommend_alloc_conf(chosen[0].events, capacity_bytes, device=chosen[0].device, trace_name=path.name)
 
 
 def blob_key(job: Job, upload: StagedUpload) -> str:

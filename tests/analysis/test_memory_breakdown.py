@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from server.analysis.planning.reserved_replay import read_memory_events
 from server.analysis.traces import alloc_trace
 from server.analysis.traces.memory_breakdown import OUTSIDE_MODULES, measured_breakdown
 from server.analysis.traces.module_spans import OUTSIDE_CHILDREN, read_module_spans
-from server.estimate.reserved_replay import read_memory_events
 
 
 def test_breakdown_of_a_real_trace_adds_up_to_the_recorded_totals(real_data: Path) -> None:

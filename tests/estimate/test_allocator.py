@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from server.estimate.allocator import (
+from server.analysis.planning.allocator import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
     CachingAllocatorSim,

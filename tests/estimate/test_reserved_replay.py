@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from server.estimate.allocator import K_SMALL_BUFFER, CachingAllocatorSim
-from server.estimate.reserved_replay import DeviceMemoryEvents, MemoryEvent, replay_device, replay_trace
+from server.analysis.planning.allocator import K_SMALL_BUFFER, CachingAllocatorSim
+from server.analysis.planning.reserved_replay import DeviceMemoryEvents, MemoryEvent, replay_device, replay_trace
 
 MiB = 1 << 20
 H100 = "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "gaunernst_bert-small-uncased__1016001.json.gz"

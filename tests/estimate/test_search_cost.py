@@ -35,7 +35,7 @@ def test_search_traces_at_most_four_batch_sizes(monkeypatch: pytest.MonkeyPatch,
 def test_bounded_replay_equals_a_full_bounded_replay() -> None:
     """The shortcut (fits when the unbounded run never reserves more than the device; cannot fit when its live
     blocks alone exceed it) gives the same verdict as replaying on the bounded device, on both sides of the edge."""
-    from server.estimate.allocator import CachingAllocatorSim, SimulatedOutOfMemory
+    from server.analysis.planning.allocator import CachingAllocatorSim, SimulatedOutOfMemory
     from server.estimate.models import resolve
     from server.estimate.schemas import ModelSpec
     from server.estimate.trace_step import StepSettings

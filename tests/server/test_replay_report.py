@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 

@@ -49,6 +49,14 @@ def test_eight_rank_dlrm_job_and_memory_trace_plan(api, make_token, tmp_path):
     assert plan["planned_bytes"] <= 1.05 * plan["lower_bound_bytes"]
     assert report["memory"]["peak_reserved_bytes"] is not None
     assert report["sources"]["memory.peak_reserved_bytes"].startswith("kineto")
+    # allocator settings computed by simulation on the trace's own events, recommended with the env line
+    settings = report["optimization"]["allocator_settings"]
+    assert settings["device"] == "cuda:1" and len(settings["candidates"]) >= 10
+    assert settings["peak_allocated_bytes"] <= settings["best_peak_reserved_bytes"] \
+        <= settings["baseline_peak_reserved_bytes"]
+    [rec] = [r for r in report["recommendations"] if r["kind"] == "allocator_settings"]
+    assert rec["evidence"]["env"] == f"PYTORCH_CUDA_ALLOC_CONF={settings['best_alloc_conf']}"
+    assert rec["saving"]["reserved_bytes"] == settings["saving_bytes"] > 0
 
 
 BAD = {

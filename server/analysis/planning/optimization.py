@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fleetprof.report import AllocConfAdvice
+from server.analysis.planning.alloc_conf_advice import alloc_conf_recommendation
 from server.analysis.planning.fragmentation import fragmentation_findings
 from server.analysis.planning.packing import DEFAULT_ALIGNMENT_BYTES, plan_offsets, verify_plan
 from server.analysis.planning.swap import plan_swaps, swap_section
@@ -28,12 +30,14 @@ def optimization_section(
     snapshot: dict | None = None,
     alignment: int = DEFAULT_ALIGNMENT_BYTES,
     module_spans: ModuleSpans | None = None,
+    alloc_conf: AllocConfAdvice | None = None,
 ) -> dict:
     """The report's JSON-safe `optimization` section: offset plan, swap plan, fragmentation findings.
 
     `step_boundaries` are seconds on the trace's clock (`alloc_t * time_unit_s`). Byte totals include the
     bytes that stayed live through the window without appearing in it (`untracked_live_bytes`), so they
-    compare with the observed reserved peak; `traced_*` fields leave them out.
+    compare with the observed reserved peak; `traced_*` fields leave them out. `alloc_conf`: the allocator
+    settings compared by simulation, computed by the caller (analysis does not import the estimator).
     """
     reserved = observed_reserved_bytes if observed_reserved_bytes is not None else trace.observed_reserved_bytes
     untracked = trace.untracked_live_bytes or 0
@@ -76,5 +80,7 @@ def optimization_section(
             trace, plan=plan, observed_reserved_bytes=reserved, snapshot=snapshot, alignment=alignment
         ),
         "memory_breakdown": measured_breakdown(trace, reserved, module_spans).model_dump(),
+        "allocator_settings": alloc_conf.model_dump() if alloc_conf is not None else None,
+        "allocator_recommendation": alloc_conf_recommendation(alloc_conf) if alloc_conf is not None else None,
         "notes": list(trace.notes),
     }

@@ -58,6 +58,10 @@ def trace_sections(report: JobReport, traces: list[dict[str, Any]]) -> JobReport
         trace, optimization = plan
         update["optimization"] = {**optimization, "source": f"{trace.get('kind')}:{trace.get('filename')}"}
         sources["optimization"] = f"allocation trace from {trace.get('kind')} upload {trace.get('filename')!r}"
+        computed = section.get("allocator_recommendation")  # allocator settings compared by simulation
+        if computed:
+            recs = [r for r in report.get("recommendations") or [] if r.get("kind") != computed["kind"]]
+            report["recommendations"] = [*recs, computed]
     else:
         update["optimization"] = None
     return report.model_copy(update={**update, "traces": TracesSection.model_validate(section),

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.analysis.planning.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, CachingAllocatorSim, round_size
 from server.analysis.traces.reader import iter_events, open_trace
-from server.estimate.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, CachingAllocatorSim, round_size
 
 KINETO_CUDA_DEVICE_TYPE = 1  # `[memory]` `Device Type`: 0 = CPU, 1 = CUDA
 _SEGMENT_ALIGN = K_SMALL_BUFFER  # cudaMalloc'd segments start on 2 MiB boundaries (seen in every trace here)
@@ -121,6 +121,18 @@ def _keyed(events: list[MemoryEvent]) -> tuple[list[tuple[int, int]], dict[int, 
     return seq, before
 
 
+def replay_sequence(events: list[MemoryEvent]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """What a replay of the window allocates first, (key, bytes): the blocks live before it (those it frees at
+    their own sizes, the rest as one block); then the window's (key, nbytes) events."""
+    seq, before = _keyed(events)
+    first = events[0]
+    live = list(before.items())
+    rest = first.total_allocated_bytes - first.nbytes - sum(before.values())
+    if rest > 0:
+        live.append((1 << 62, rest))
+    return live, seq
+
+
 def _touched_segments(events: list[MemoryEvent]) -> tuple[list[tuple[int, bool]], int]:
     """Segments (size, small pool) implied by the window's block addresses, and the bytes the blocks cover."""
     small: set[int] = set()
@@ -158,14 +170,9 @@ def _run(dev: DeviceMemoryEvents, seed: list[tuple[int, bool]]) -> tuple[Caching
     """Replay with the pre-window blocks live first: the simulation, its reserved bytes when the window opens,
     and its reserved bytes after each event."""
     sim = CachingAllocatorSim()
-    seq, before = _keyed(dev.events)
-    first = dev.events[0]
-    pre = first.total_allocated_bytes - first.nbytes
-    for key, nbytes in before.items():
+    live, seq = replay_sequence(dev.events)
+    for key, nbytes in live:
         sim.malloc(key, nbytes)
-    rest = pre - sum(before.values())
-    if rest > 0:
-        sim.malloc(1 << 62, rest)
     for size, small in seed:  # after the live blocks, so that those do not take the window's segments
         sim.seed_segment(size, small)
     opening = sim.reserved
