@@ -37,7 +37,8 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
               for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
     merge_trace_sections(report, traces)
     # near or past capacity: needs the layer table and the trace's breakdown, so after the merge
-    report["recommendations"] = [*(report.get("recommendations") or []), *fit_recommendations(report)]
+    report["recommendations"] = [*(report.get("recommendations") or []),
+                                 *(r.model_dump(mode="json") for r in fit_recommendations(report))]
     report.setdefault("team", job.team)
     report.setdefault("name", job.name)
     # An upsert: the worker (or the in-process task) and a reader may characterize the same job at once.

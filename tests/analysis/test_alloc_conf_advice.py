@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from fleetprof.report import AllocConfAdvice, AllocConfCandidate, Recommendation
 from server.analysis.planning.alloc_conf_advice import alloc_conf_recommendation
 from server.analysis.traces.sections import merge_trace_sections
 
 MiB = 1 << 20
 
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "characterize_real_job.json"
 
 def _advice(baseline: int | None, best: int, conf: str, note: str | None = None) -> AllocConfAdvice:
     saving = None if baseline is None else baseline - best
@@ -41,7 +46,9 @@ def test_defaults_best_gives_no_recommendation_and_oom_gives_no_saving() -> None
 def test_merged_into_the_report_recommendations_once() -> None:
     rec = alloc_conf_recommendation(_advice(380 * MiB, 200 * MiB, "expandable_segments:True"))
     trace = {"kind": "kineto", "filename": "t.json.gz", "optimization": {"allocator_recommendation": rec}}
-    report: dict = {"recommendations": [{"kind": "allocator_settings", "summary": "old"}, {"kind": "power_cap"}]}
+    report = json.loads(GOLDEN.read_text())["finished"]  # a real report, as characterize stores it
+    old = {"kind": "allocator_settings", "summary": "old", "reason": "guessed", "evidence": {}, "saving": None}
+    report["recommendations"] = [old, {**old, "kind": "power_cap", "summary": "cap"}]
     merge_trace_sections(report, [trace])
     assert [r["kind"] for r in report["recommendations"]] == ["power_cap", "allocator_settings"]
-    assert report["recommendations"][-1] is rec
+    assert report["recommendations"][-1] == json.loads(json.dumps(rec))

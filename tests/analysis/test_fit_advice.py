@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fleetprof.report import Recommendation
-from server.analysis.fleet.rightsizing import BatchFit
+from server.analysis.fleet.batch_sizing import BatchFit
 from server.analysis.planning.fit_advice import (
     AmpEstimate,
     amp_bf16_saving,
@@ -77,8 +77,13 @@ def _report(peak: int, oom: bool) -> dict[str, Any]:
             "optimization": {"memory_breakdown": {"activations": {"bytes": 48 * GiB}, "weights": {"bytes": 4 * GiB}}}}
 
 
+def _fit(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recommendations as the report stores them (JSON)."""
+    return [r.model_dump(mode="json") for r in fit_recommendations(report)]
+
+
 def test_fit_recommendations_for_a_job_near_capacity() -> None:
-    recs = fit_recommendations(_report(78 * GiB, False))
+    recs = _fit(_report(78 * GiB, False))
     assert [r["kind"] for r in recs] == ["activation_checkpointing", "amp_bf16", "batch_size_fit"]
     for r in recs:
         Recommendation.model_validate(r)
@@ -95,12 +100,12 @@ def test_measured_step_allocations_stand_in_for_activations_and_say_so() -> None
     report = _report(78 * GiB, False)
     report["optimization"]["memory_breakdown"] = {"activations": {"bytes": None},
                                                   "step_allocations": {"bytes": 40 * GiB}}
-    [_, amp, _] = fit_recommendations(report)
+    [_, amp, _] = _fit(report)
     assert amp["saving"]["bytes"] == 20 * GiB and "step allocations" in amp["reason"]
 
 
 def test_no_fit_advice_with_room_and_at_least_after_an_oom() -> None:
-    assert fit_recommendations(_report(60 * GiB, False)) == []
-    recs = fit_recommendations(_report(80 * GiB, True))
+    assert _fit(_report(60 * GiB, False)) == []
+    recs = _fit(_report(80 * GiB, True))
     assert "ran out of memory" in recs[0]["reason"] and "at least 4.00 GiB" in recs[0]["reason"]
     assert "upper bound" in recs[-1]["reason"]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from dashboard import data
 from dashboard.figures import GIB, memory_breakdown_bar
+
+GOLDEN = Path(__file__).resolve().parents[1] / "analysis" / "golden" / "characterize_real_job.json"
 
 
 def _part(nbytes: int | None) -> dict:
@@ -59,6 +64,7 @@ def test_the_estimator_answer_and_the_job_plans_draw_the_bar() -> None:
     graph = _find(answer, "est-breakdown")
     assert graph is not None
     assert [list(t.x) for t in graph.figure.data] == [["tensors (no GPU)", "H100-80GB"]] * 2
-    section = optimization_section({"optimization": {"memory_breakdown": breakdown}})
+    report = data.job_report(json.loads(GOLDEN.read_text())["traced"])
+    section = optimization_section(report.model_copy(update={"optimization": {"memory_breakdown": breakdown}}))
     graph = _find(section, "job-memory-breakdown")
     assert graph is not None and len(graph.figure.data) == 2

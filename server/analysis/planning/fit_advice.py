@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fleetprof.report import Recommendation
 from fleetprof.units import size
 from server.analysis.fleet.batch_sizing import BatchFit, max_batch_size
 from server.analysis.fleet.rightsizing import recommendation
@@ -124,7 +125,7 @@ def _part(breakdown: Mapping[str, Any], *keys: str) -> int | None:
 
 
 def fit_recommendations(report: Mapping[str, Any], *, batch_fit: BatchFit | None = None,
-                        amp_estimate: AmpEstimate | None = None) -> list[dict[str, Any]]:
+                        amp_estimate: AmpEstimate | None = None) -> list[Recommendation]:
     """The fit recommendations for a job near or past capacity; [] for any other job."""
     mem = report.get("memory") or {}
     capacity = mem.get("memory_total_bytes")
@@ -142,7 +143,7 @@ def fit_recommendations(report: Mapping[str, Any], *, batch_fit: BatchFit | None
     activations_source = ("activations" if _part(breakdown, "activations") is not None
                           else "step allocations (activations and temporaries together)" if activations else None)
     weights = _part(breakdown, "weights")
-    recs = []
+    recs: list[Recommendation] = []
 
     layers = (report.get("time") or {}).get("layers") or []
     plan = checkpoint_plan(layers, need)

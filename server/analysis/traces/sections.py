@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetprof.report import JobReport, Sources, TimeBreakdown, TracesSection
+from fleetprof.report import JobReport, Recommendation, Sources, TimeBreakdown, TracesSection
 from server.analysis.traces.kineto import combine_ranks
 
 BREAKDOWN_KEYS = ("idle_pct", "compute_pct", "non_compute_pct", "span_us", "communication_us")
@@ -58,10 +58,10 @@ def trace_sections(report: JobReport, traces: list[dict[str, Any]]) -> JobReport
         trace, optimization = plan
         update["optimization"] = {**optimization, "source": f"{trace.get('kind')}:{trace.get('filename')}"}
         sources["optimization"] = f"allocation trace from {trace.get('kind')} upload {trace.get('filename')!r}"
-        computed = section.get("allocator_recommendation")  # allocator settings compared by simulation
+        computed = optimization.get("allocator_recommendation")  # allocator settings compared by simulation
         if computed:
-            recs = [r for r in report.get("recommendations") or [] if r.get("kind") != computed["kind"]]
-            report["recommendations"] = [*recs, computed]
+            rec = Recommendation.model_validate(computed)
+            update["recommendations"] = [*(r for r in report.recommendations if r.kind != rec.kind), rec]
     else:
         update["optimization"] = None
     return report.model_copy(update={**update, "traces": TracesSection.model_validate(section),
