@@ -132,3 +132,27 @@ def _fused_attention(
         query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale
     )
     return out
+
+
+class CpuStep:
+    """The `device: cpu` step: traced on fake CPU tensors (torch._subclasses.FakeTensorMode), so PyTorch's own CPU
+    dispatch applies as in a real CPU loop: `torch.autocast("cpu")` and its op lists, the CPU attention choice,
+    oneDNN's LSTM, the for-loop optimizers. Nothing is emulated; the interface is `CudaStepEmulation`'s."""
+
+    def __init__(self, autocast_dtype: torch.dtype | None = None) -> None:
+        self.autocast_dtype = autocast_dtype
+
+    def __enter__(self) -> CpuStep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        dtype = self.autocast_dtype
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            yield
+
+
+StepEmulation = CudaStepEmulation | CpuStep

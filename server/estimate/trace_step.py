@@ -1,12 +1,22 @@
-"""Run the training step of a request on `meta` under the recorder; the CPU twin for validation."""
+"""Run the training step of a request under the recorder, per target device; the CPU twin for validation.
+
+- `device: cuda`: on `meta` tensors, with `CudaStepEmulation` standing in for what CUDA dispatch would do
+  (autocast's CUDA op lists, fused attention); the allocator simulation then adds the caching allocator.
+- `device: cpu`: on fake CPU tensors (`FakeTensorMode`: meta storage, CPU dispatch keys), so the CPU dispatch
+  decisions a real CPU loop makes are made here too, by PyTorch itself; see `emulation.CpuStep`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from server.estimate.emulation import CudaStepEmulation
+from server.estimate.emulation import CpuStep, CudaStepEmulation, StepEmulation
 from server.estimate.errors import InputMismatchError
 from server.estimate.models import ResolvedModel, enable_checkpointing
 from server.estimate.step import Batch, make_optimizer, train_steps
@@ -24,6 +34,7 @@ class StepSettings:
     precision: str = "fp32"
     grad_accumulation: int = 1
     activation_checkpointing: bool = False
+    device: Literal["cuda", "cpu"] = "cuda"
 
     @property
     def traced_micro_batches(self) -> int:
@@ -39,7 +50,7 @@ class StepTrace:
 
 
 def prepare(resolved: ResolvedModel, settings: StepSettings, batch_size: int, device: torch.device) -> tuple[
-    torch.nn.Module, Batch, torch.optim.Optimizer, CudaStepEmulation
+    torch.nn.Module, Batch, torch.optim.Optimizer, StepEmulation
 ]:
     model = resolved.build(device)
     if settings.activation_checkpointing:
@@ -47,18 +58,27 @@ def prepare(resolved: ResolvedModel, settings: StepSettings, batch_size: int, de
     batch = resolved.make_batch(batch_size, device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(settings.optimizer, params, settings.optimizer_impl)
-    return model, batch, optimizer, CudaStepEmulation(AUTOCAST_DTYPES[settings.precision])
+    dtype = AUTOCAST_DTYPES[settings.precision]
+    emulation = CpuStep(dtype) if settings.device == "cpu" else CudaStepEmulation(dtype)
+    return model, batch, optimizer, emulation
 
 
 def baseline_tensors(model: torch.nn.Module, batch: Batch) -> list[torch.Tensor]:
     return [*model.parameters(), *model.buffers(), *batch.tensors()]
 
 
-def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int) -> StepTrace:
-    meta = torch.device("meta")
-    model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, meta)
+def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int, *, labels: bool = False
+               ) -> StepTrace:
+    """`labels`: name each event by its aten op and module path (server.estimate.explain)."""
+    fake: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if settings.device == "cpu":
+        fake, where = FakeTensorMode(), torch.device("cpu")
+    else:
+        where = torch.device("meta")
+    with fake:
+        model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, where)
     params = list(model.parameters())
-    recorder = StorageRecorder()
+    recorder = StorageRecorder(labels=labels)
     recorder.register(baseline_tensors(model, batch))
     marks: dict[str, tuple[int, int]] = {}
 
@@ -66,7 +86,7 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int)
         marks[name] = (len(recorder.trace.events), len(recorder.trace.ops))
 
     try:
-        with recorder:
+        with fake, recorder, _module_paths(model, recorder) if labels else contextlib.nullcontext():
             train_steps(
                 model, batch, optimizer, emulation,
                 steps=TRACED_STEPS, micro_batches=settings.traced_micro_batches, mark=mark,
@@ -82,3 +102,28 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int)
         parameter_count=sum(p.numel() for p in params),
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),
     )
+
+
+@contextlib.contextmanager
+def _module_paths(model: torch.nn.Module, recorder: StorageRecorder) -> Iterator[None]:
+    """Prefix the recorder's op labels with the path of the module running (forward only: backward has none)."""
+    names = {id(m): name or "model" for name, m in model.named_modules()}
+    stack: list[str] = []
+
+    def pre(module: torch.nn.Module, _args: object) -> None:
+        stack.append(names.get(id(module), type(module).__name__))
+        recorder.module_path = stack[-1]
+
+    def post(_module: torch.nn.Module, _args: object, _out: object) -> None:
+        if stack:
+            stack.pop()
+        recorder.module_path = stack[-1] if stack else ""
+
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
