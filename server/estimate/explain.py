@@ -100,3 +100,26 @@ def explain(resolved: ResolvedModel, settings: StepSettings, batch_size: int, co
         measured=tuple(measured[first[1]: first[1] + context]) if first else (),
         by_op=tuple(by_op),
     )
+
+
+def main() -> None:
+    """`python -m server.estimate.explain ZOO_NAME [--batch B] [--precision P] [--optimizer O]`."""
+    import argparse
+    import warnings
+
+    from server.estimate.zoo.catalogue import ZOO
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("name", choices=[e.name for e in ZOO])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "amp_bf16"])
+    parser.add_argument("--optimizer", default="adamw")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    entry = next(e for e in ZOO if e.name == args.name)
+    settings = StepSettings(optimizer=args.optimizer, precision=args.precision, device="cpu", optimizer_impl="for_loop")
+    print(explain(entry.resolve(), settings, args.batch).format())
+
+
+if __name__ == "__main__":
+    main()

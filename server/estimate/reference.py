@@ -137,13 +137,15 @@ def measure_reference_peak(resolved: ResolvedModel, optimizer: str, precision: s
 
 
 def _peak_from_profile(prof: profile, baseline: int, end_check: int) -> ReferencePeak:
+    assert prof.profiler is not None and prof.profiler.kineto_results is not None
     raw = list(prof.profiler.kineto_results.events())
     window = next(((e.start_ns(), e.end_ns()) for e in raw if e.name() == _MEASURED), None)
     if window is None:  # pragma: no cover - the profiler always records a record_function range
         raise RuntimeError("the measured step's range is missing from the profile")
     ops = sorted(((e.start_ns(), e.end_ns(), e.name()) for e in raw
                   if e.name().startswith("aten::") and window[0] <= e.start_ns() <= window[1]), key=lambda o: o[0])
-    mem = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(raw)
+    # `nbytes` is in the C++ binding, missing from its stub
+    mem = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(raw)  # type: ignore[attr-defined]
                  if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
     live = total = 0
     peak = None

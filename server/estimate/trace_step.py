@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from server.estimate.emulation import CpuStep, CudaStepEmulation, StepEmulation
 from server.estimate.errors import InputMismatchError
@@ -49,13 +49,20 @@ class StepTrace:
     parameter_bytes: int
 
 
-def prepare(resolved: ResolvedModel, settings: StepSettings, batch_size: int, device: torch.device) -> tuple[
+def prepare(resolved: ResolvedModel, settings: StepSettings, batch_size: int, device: torch.device,
+            convert: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> tuple[
     torch.nn.Module, Batch, torch.optim.Optimizer, StepEmulation
 ]:
     model = resolved.build(device)
+    if convert is not None:
+        model = convert(model)
     if settings.activation_checkpointing:
         enable_checkpointing(model, resolved.hf)
     batch = resolved.make_batch(batch_size, device)
+    if convert is not None:
+        fake_mode = next(t for t in model.parameters()).fake_mode  # type: ignore[attr-defined]
+        batch.args = [_fake_cpu(t, fake_mode) for t in batch.args]
+        batch.kwargs = {k: _fake_cpu(t, fake_mode) for k, t in batch.kwargs.items()}
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(settings.optimizer, params, settings.optimizer_impl)
     dtype = AUTOCAST_DTYPES[settings.precision]
@@ -72,11 +79,12 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int,
     """`labels`: name each event by its aten op and module path (server.estimate.explain)."""
     fake: contextlib.AbstractContextManager = contextlib.nullcontext()
     if settings.device == "cpu":
-        fake, where = FakeTensorMode(), torch.device("cpu")
+        fake_mode = FakeTensorMode()
+        fake = fake_mode
+        model, batch, optimizer, emulation = prepare(
+            resolved, settings, batch_size, torch.device("meta"), lambda m: _to_fake_cpu(m, fake_mode))
     else:
-        where = torch.device("meta")
-    with fake:
-        model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, where)
+        model, batch, optimizer, emulation = prepare(resolved, settings, batch_size, torch.device("meta"))
     params = list(model.parameters())
     recorder = StorageRecorder(labels=labels)
     recorder.register(baseline_tensors(model, batch))
@@ -102,6 +110,29 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int,
         parameter_count=sum(p.numel() for p in params),
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),
     )
+
+
+def _fake_cpu(t: torch.Tensor, mode: FakeTensorMode) -> torch.Tensor:
+    return FakeTensor(mode, t, torch.device("cpu"))
+
+
+def _to_fake_cpu(model: torch.nn.Module, mode: FakeTensorMode) -> torch.nn.Module:
+    """Meta parameters and buffers become fake CPU tensors over the same meta storage (tied weights stay tied).
+    Built on meta, not under FakeTensorMode: initialisers that read values (`.item()`, ViT's trunc_normal_) have
+    none to read on meta and never run on fake tensors."""
+    seen: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None:
+                if id(p) not in seen:
+                    seen[id(p)] = torch.nn.Parameter(_fake_cpu(p.data, mode), requires_grad=p.requires_grad)
+                module._parameters[name] = seen[id(p)]  # type: ignore[assignment]
+        for name, b in list(module._buffers.items()):
+            if b is not None:
+                if id(b) not in seen:
+                    seen[id(b)] = _fake_cpu(b, mode)
+                module._buffers[name] = seen[id(b)]
+    return model
 
 
 @contextlib.contextmanager
