@@ -160,10 +160,20 @@ def _peak_from_profile(prof: profile, baseline: int, end_check: int) -> Referenc
     return ReferencePeak(baseline + peak, baseline, baseline + total, end_check, tuple(events))
 
 
+# allocation helpers every kernel calls: naming them says nothing about which op allocated
+_ALLOCATORS = frozenset({"aten::empty", "aten::empty_strided", "aten::resize_", "aten::empty_like", "aten::zeros",
+                         "aten::zeros_like", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros",
+                         "aten::zero_", "aten::fill_", "aten::to", "aten::_to_copy", "aten::contiguous",
+                         "aten::clone", "aten::copy_"})
+
+
 def _innermost_op(ops: list[tuple[int, int, str]], t: int) -> str:
-    """The latest-starting aten op whose range contains t (its allocation's cause)."""
+    """The latest-starting aten op whose range contains t, past allocation helpers (the allocation's cause)."""
     i = bisect.bisect_right(ops, (t, 1 << 62, ""))
+    helper = ""
     for start, end, name in reversed(ops[max(0, i - 256):i]):
         if start <= t <= end:
-            return name
-    return ""
+            if name not in _ALLOCATORS:
+                return name
+            helper = helper or name
+    return helper

@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from server.estimate.emulation import CpuStep, CudaStepEmulation, StepEmulation
 from server.estimate.errors import InputMismatchError
+from server.estimate.kernel_probe import KernelProbe
 from server.estimate.models import ResolvedModel, enable_checkpointing
 from server.estimate.step import Batch, make_optimizer, train_steps
 from server.estimate.tracer import StorageRecorder, Trace
@@ -94,7 +95,8 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int,
         marks[name] = (len(recorder.trace.events), len(recorder.trace.ops))
 
     try:
-        with fake, recorder, _module_paths(model, recorder) if labels else contextlib.nullcontext():
+        probe = KernelProbe() if settings.device == "cpu" else contextlib.nullcontext()
+        with fake, recorder, probe, _module_paths(model, recorder) if labels else contextlib.nullcontext():
             train_steps(
                 model, batch, optimizer, emulation,
                 steps=TRACED_STEPS, micro_batches=settings.traced_micro_batches, mark=mark,

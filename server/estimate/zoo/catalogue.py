@@ -66,7 +66,7 @@ _ENCODER: dict[str, Any] = {
 ZOO: tuple[ZooEntry, ...] = (
     # CNNs written in the repository
     _f("resnet18", "cnn", *_img()),
-    _f("resnet50", "cnn", *_img(), width=16, num_classes=10),
+    _f("resnet50", "cnn", *_img(64), width=16, num_classes=10),
     _f("mobilenet_v3", "cnn", *_img(64)),
     _f("efficientnet_b0", "cnn", *_img(64)),
     _f("densenet121", "cnn", *_img()),
