@@ -50,7 +50,7 @@ def measure_kernel(func: Any, args: tuple, kwargs: dict) -> tuple[list[int], int
         outputs = [t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0 for t in tree_flatten(out)[0]]
         assert prof.profiler is not None and prof.profiler.kineto_results is not None
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-        sizes = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(events))  # type: ignore[attr-defined]
+        sizes = sorted((e.start_ns(), i, e.nbytes()) for i, e in enumerate(events))
         live = peak = 0
         for _, _, nbytes in sizes:
             live += nbytes
