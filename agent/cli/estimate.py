@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, required=True, help="micro-batch per GPU")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="the device the job trains on: cuda (per GPU type) or cpu (a plain CPU loop)")
     parser.add_argument("--grad-accumulation", type=int, default=1)
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--gpu", action="append", dest="gpus", metavar="TYPE", help="GPU type(s) from the catalogue")
@@ -45,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="server-side time limit (s)")
     parser.add_argument("--local", action="store_true",
                         help="estimate here, in this process (your own code: any importable factory); needs PyTorch")
+    parser.add_argument("--explain", action="store_true",
+                        help="with --local: run the traced step and a real CPU step side by side and name where their "
+                             "allocations first diverge (op, module, sizes)")
     parser.add_argument("--job-id", help="with --local: store the result with this job (its metadata.estimate)")
     parser.add_argument("--team", help="with --job-id: the job's team (a team token implies its own)")
     parser.add_argument("--format", choices=["table", "json"], default="table")
@@ -76,7 +81,8 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
                 raise CliError(f"--hf-config is not valid JSON: {exc}") from None
         model = {"hf_config": hf}
     req: dict[str, Any] = {"model": model, "batch_size": args.batch_size, "optimizer": args.optimizer,
-                           "precision": args.precision, "grad_accumulation": args.grad_accumulation,
+                           "precision": args.precision, "device": args.device,
+                           "grad_accumulation": args.grad_accumulation,
                            "activation_checkpointing": args.activation_checkpointing,
                            "search_max_batch": not args.no_search}
     if args.input:
@@ -146,8 +152,35 @@ def _send(args: argparse.Namespace, method: str, path: str, body: dict[str, Any]
         return t.request(method, path, json_body=body, params=params or None, compress=False).body
 
 
+def explain_locally(req: dict[str, Any]) -> str:
+    """`--local --explain`: where the estimate and a real CPU step part ways (server/estimate/explain.py)."""
+    try:
+        from server.estimate.errors import EstimateError
+        from server.estimate.explain import explain_request
+        from server.estimate.schemas import EstimateRequest
+    except ImportError as exc:
+        raise CliError(f"--explain needs PyTorch and the estimator (the 'estimate' extra): {exc}") from None
+    from pydantic import ValidationError
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        request = EstimateRequest.model_validate(req)
+        factory = request.model.factory
+        return explain_request(request, registered=(factory,) if factory else ()).format() + "\n"
+    except ValidationError as exc:
+        raise CliError(f"invalid estimate request: {exc}") from None
+    except EstimateError as exc:
+        raise CliError(f"{exc.kind}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     req = build_request(args)
+    if args.explain:
+        if not args.local:
+            raise CliError("--explain runs the model here: add --local")
+        sys.stdout.write(explain_locally(req))
+        return 0
     if (args.job_id or args.team) and not args.local:
         raise CliError("--job-id and --team store a --local estimate; the server's estimates are not stored")
     if not args.local:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import difflib
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from server.estimate.models import ResolvedModel
 from server.estimate.reference import measure_reference_peak
+from server.estimate.schemas import EstimateRequest
 from server.estimate.trace_step import StepSettings, trace_step
 
 
@@ -100,6 +102,16 @@ def explain(resolved: ResolvedModel, settings: StepSettings, batch_size: int, co
         measured=tuple(measured[first[1]: first[1] + context]) if first else (),
         by_op=tuple(by_op),
     )
+
+
+def explain_request(request: EstimateRequest, registered: Collection[str] = ()) -> Explanation:
+    """`fleetprof estimate --local --explain`: the request's step, traced for device cpu and run for real here."""
+    from server.estimate.models import resolve
+    from server.estimate.service import step_settings
+
+    resolved = resolve(request.model, request.inputs, request.seq_len, request.target, registered=registered)
+    settings = step_settings(request.model_copy(update={"device": "cpu"}))
+    return explain(resolved, settings, request.batch_size)
 
 
 def main() -> None:

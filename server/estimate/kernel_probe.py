@@ -42,10 +42,16 @@ def measure_kernel(func: Any, args: tuple, kwargs: dict) -> tuple[list[int], int
     """Run `func` on zero tensors of the same shapes: (bytes of each tensor output, peak transient bytes)."""
     with unset_fake_temporarily(), _disable_current_modes():
         def real(x: Any) -> Any:
-            return torch.zeros(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x
+            # same layout and the same requires_grad: oneDNN picks its path (and its copies) by both
+            if not isinstance(x, torch.Tensor):
+                return x
+            t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype).zero_()
+            return t.requires_grad_(x.requires_grad) if x.is_floating_point() else t
 
         real_args, real_kwargs = tree_map(real, (args, kwargs))
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        # called where a dispatch mode runs: below autograd, as the real step runs the kernel
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
+                torch._C._AutoDispatchBelowAutograd():
             out = func(*real_args, **real_kwargs)
         outputs = [t.untyped_storage().nbytes() if isinstance(t, torch.Tensor) else 0 for t in tree_flatten(out)[0]]
         assert prof.profiler is not None and prof.profiler.kineto_results is not None

@@ -65,7 +65,8 @@ class GCNLayer(nn.Module):
         src, dst = _ring_edges(nodes)
         self.register_buffer("src", src, persistent=False)
         self.register_buffer("dst", dst, persistent=False)
-        self.register_buffer("deg", torch.bincount(dst, minlength=nodes).float().clamp(min=1), persistent=False)
+        deg = torch.zeros(nodes).index_add_(0, dst, torch.ones(dst.shape[0])).clamp(min=1)
+        self.register_buffer("deg", deg, persistent=False)
         self.lin = nn.Linear(dim_in, dim_out)
 
     def forward(self, x: Tensor) -> Tensor:
