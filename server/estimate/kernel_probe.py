@@ -74,7 +74,7 @@ class KernelProbe(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func not in PROBED_OPS:
+        if func not in PROBED_OPS:  # read at call time: tests switch the probe off
             return func(*args, **kwargs)
         key = _key(func, args, kwargs)
         measured = self._cache.get(key)
