@@ -31,6 +31,27 @@ PROBED_OPS = frozenset({
     # allocate the column buffer (C x kh x kw x H_out x W_out) inside the kernel, forward and backward
     _aten.convolution.default, _aten.convolution_backward.default,
 })
+# in bf16 / fp16 (and, for sums, bool and integer inputs) only: oneDNN's low-precision GEMMs pack and convert
+# operands inside the kernel, the CPU reductions accumulate in a converted copy (a bool mask summed: an int64 copy,
+# amax's backward in the TCN) and attention backward in fp32 buffers (rnn_tanh in bf16: -16 % without them)
+LOW_PRECISION_PROBED_OPS = frozenset({
+    _aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
+    _aten.sum.dim_IntList, _aten.sum.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+})
+_LOW = (torch.bfloat16, torch.float16)
+_SUMS = (_aten.sum.dim_IntList, _aten.sum.default)
+
+
+def probed(func: Any, args: tuple, kwargs: dict) -> bool:
+    if func in PROBED_OPS:
+        return True
+    if func not in LOW_PRECISION_PROBED_OPS:
+        return False
+    if func in _SUMS and not (args[0].is_floating_point() or args[0].is_complex()):
+        return True
+    return any(isinstance(x, torch.Tensor) and x.dtype in _LOW for x in tree_flatten((args, kwargs))[0])
 
 
 def _key(func: Any, args: tuple, kwargs: dict) -> tuple:
@@ -74,7 +95,7 @@ class KernelProbe(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func not in PROBED_OPS:  # read at call time: tests switch the probe off
+        if not probed(func, args, kwargs):
             return func(*args, **kwargs)
         key = _key(func, args, kwargs)
         measured = self._cache.get(key)

@@ -88,7 +88,7 @@ def test_explain_names_the_first_divergence() -> None:
     resolved = _entry("lstm").resolve()
     settings = StepSettings(optimizer="sgd", device="cpu", optimizer_impl="for_loop")
     saved = probe.PROBED_OPS
-    probe.PROBED_OPS = frozenset()
+    probe.PROBED_OPS = frozenset()  # read at call time by probe.probed()
     try:
         result = explain(resolved, settings, 2)
     finally:

@@ -100,7 +100,8 @@ class GATLayer(nn.Module):
         denom = torch.zeros(h.shape[:2], dtype=weight.dtype, device=h.device).scatter_add(1, index, weight)
         alpha = weight / denom.gather(1, index)
         messages = h[:, self.src] * alpha[..., None]
-        out = torch.zeros_like(h).scatter_add(1, self.dst[None, :, None].expand_as(messages), messages)
+        out = torch.zeros_like(messages[:, : h.shape[1]]).scatter_add(1, self.dst[None, :, None].expand_as(messages),
+                                                                      messages)
         return nn.functional.elu(out)
 
 
