@@ -191,7 +191,8 @@ ASSUMPTIONS = [
     "batch_size is the micro-batch per GPU; with grad_accumulation > 1 two micro-batches are traced (the rest "
     "repeat the second) and time scales with the number of micro-batches.",
     "AMP follows torch.autocast('cuda') op lists (emulated on meta); GradScaler state (a few scalars) is ignored.",
-    "scaled_dot_product_attention uses a fused kernel (flash / memory-efficient), as CUDA picks for these inputs.",
+    "scaled_dot_product_attention uses a fused kernel (flash / memory-efficient), as CUDA picks for these inputs; "
+    "dropout is CUDA's fused native_dropout (a bool mask saved for backward).",
     "Optimizer 'foreach' implementation (PyTorch's CUDA default) including its transient per-step buffers.",
     "Allocator: PyTorch's native CUDA caching allocator defaults (no expandable_segments, max_split_size "
     "unlimited), one stream; cuDNN convolution workspaces are not modelled (CNN estimates may run low by up "
