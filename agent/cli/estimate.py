@@ -98,7 +98,10 @@ def format_table(est: dict[str, Any]) -> str:
     lines = [f"{est['model_name']}: {est['parameter_count']:,} parameters, batch {est['batch_size']}, "
              f"{est['precision']}, {est['optimizer']}",
              f"  peak allocated {units.gib(est['peak_allocated_bytes'])}, "
-             f"peak reserved {units.gib(est['peak_reserved_bytes'])} (simulated CUDA caching allocator)", "",
+             f"peak reserved {units.gib(est['peak_reserved_bytes'])} "
+             + ("(CPU: no caching, no rounding)" if est.get("device") == "cpu"
+                else "(simulated CUDA caching allocator)"),
+             "",
              f"  {'GPU':<12}{'fits':<6}{'device total':>14}{'headroom':>14}{'max batch':>11}{'step time':>12}"
              f"{'energy/step':>13}"]
     for g in est.get("gpus", []):
