@@ -43,5 +43,26 @@ def estimate_locally(req: dict[str, Any], timeout_s: float, step: str | None = N
     return result.model_dump(mode="json")
 
 
+def explain_locally(req: dict[str, Any]) -> str:
+    """`--local --explain`: where the estimate and a real CPU step part ways (server/estimate/explain.py)."""
+    try:
+        from server.estimate.errors import EstimateError
+        from server.estimate.explain import explain_request
+        from server.estimate.schemas import EstimateRequest
+    except ImportError as exc:
+        raise CliError(f"--explain needs PyTorch and the estimator (the 'estimate' extra): {exc}") from None
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        request = EstimateRequest.model_validate(req)
+        factory = request.model.factory
+        return explain_request(request, registered=(factory,) if factory else ()).format() + "\n"
+    except ValidationError as exc:
+        raise CliError(f"invalid estimate request: {exc}") from None
+    except EstimateError as exc:
+        raise CliError(f"{exc.kind}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    return command.run(args, local=estimate_locally)
+    return command.run(args, local=estimate_locally, explain=explain_locally)

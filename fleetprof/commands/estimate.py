@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, required=True, help="micro-batch per GPU")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="the device the job trains on: cuda (per GPU type) or cpu (a plain CPU loop)")
     parser.add_argument("--grad-accumulation", type=int, default=1)
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--gpu", action="append", dest="gpus", metavar="TYPE", help="GPU type(s) from the catalogue")
@@ -53,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --local: your own training step in place of the canned one; FUNCTION(model) "
                              "returns step(*inputs) doing forward, loss, backward and optimizer step(s) "
                              "(docs/guide-teams.md)")
+    parser.add_argument("--explain", action="store_true",
+                        help="with --local: run the traced step and a real CPU step side by side and name where their "
+                             "allocations first diverge (op, module, sizes)")
     parser.add_argument("--job-id", help="with --local: store the result with this job (its metadata.estimate)")
     parser.add_argument("--team", help="with --job-id: the job's team (a team token implies its own)")
     parser.add_argument("--format", choices=["table", "json"], default="table")
@@ -84,7 +89,8 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
                 raise CliError(f"--hf-config is not valid JSON: {exc}") from None
         model = {"hf_config": hf}
     req: dict[str, Any] = {"model": model, "batch_size": args.batch_size, "optimizer": args.optimizer,
-                           "precision": args.precision, "grad_accumulation": args.grad_accumulation,
+                           "precision": args.precision, "device": args.device,
+                           "grad_accumulation": args.grad_accumulation,
                            "activation_checkpointing": args.activation_checkpointing,
                            "search_max_batch": not args.no_search}
     if args.input:
@@ -100,7 +106,10 @@ def format_table(est: dict[str, Any]) -> str:
     lines = [f"{est['model_name']}: {est['parameter_count']:,} parameters, batch {est['batch_size']}, "
              f"{est['precision']}, {est['optimizer']}",
              f"  peak allocated {units.gib(est['peak_allocated_bytes'])}, "
-             f"peak reserved {units.gib(est['peak_reserved_bytes'])} (simulated CUDA caching allocator)", "",
+             f"peak reserved {units.gib(est['peak_reserved_bytes'])} "
+             + ("(CPU: no caching, no rounding)" if est.get("device") == "cpu"
+                else "(simulated CUDA caching allocator)"),
+             "",
              f"  {'GPU':<12}{'fits':<6}{'device total':>14}{'headroom':>14}{'max batch':>11}{'step time':>12}"
              f"{'energy/step':>13}"]
     for g in est.get("gpus", []):
@@ -125,11 +134,21 @@ def upload_body(est: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
 
 
 LocalEstimator = Callable[[dict[str, Any], float, str | None], dict[str, Any]]
+LocalExplainer = Callable[[dict[str, Any]], str]  # --local --explain: the comparison, as text
 """(request, time limit in s) -> the estimate, computed in this process."""
 
 
-def run(args: argparse.Namespace, local: LocalEstimator | None = None) -> int:
+def run(args: argparse.Namespace, local: LocalEstimator | None = None,
+        explain: LocalExplainer | None = None) -> int:
     req = build_request(args)
+    if args.explain:
+        if not args.local:
+            raise CliError("--explain runs the model here: add --local")
+        if explain is None:
+            raise CliError("--explain needs the estimator, which this install lacks "
+                           "(pip install 'fleetprof[estimate]')")
+        sys.stdout.write(explain(req))
+        return 0
     if (args.job_id or args.team) and not args.local:
         raise CliError("--job-id and --team store a --local estimate; the server's estimates are not stored")
     if args.step and not args.local:

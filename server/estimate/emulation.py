@@ -1,6 +1,6 @@
 """Make a meta-device (or CPU) step behave like the CUDA step it stands for.
 
-Two things differ between a CUDA step and a meta step, and both move memory:
+Three things differ between a CUDA step and a meta step, and all move memory:
 - `torch.autocast("cuda")` does not apply to meta tensors (their dispatch keys carry no AutocastCUDA). We
   replay its rules one level up, as a `TorchFunctionMode` (above autograd, like autocast itself, so casts are
   recorded in the graph and the low-precision copies are what backward saves). The op lists are those of
@@ -9,6 +9,8 @@ Two things differ between a CUDA step and a meta step, and both move memory:
 - `scaled_dot_product_attention` on meta falls back to the math path, which materialises the (L x L)
   attention matrix; CUDA picks a fused kernel (flash, or memory-efficient for fp32/masks) that keeps only
   the output and a logsumexp. We route it to the fused CPU flash kernel, whose saved tensors match.
+- `dropout` on CUDA is the fused `native_dropout` (a bool mask saved); elsewhere the unfused path saves a mask in
+  the input's dtype. We route it to `native_dropout` (see `_fused_dropout`).
 
 The same mode is used for the CPU reference step in validation, so the comparison isolates the tracer.
 """
@@ -105,7 +107,22 @@ class CudaStepEmulation(TorchFunctionMode):
                     args, kwargs = tree_map(lambda t: self._cast(t, wide), (args, kwargs))
         if name == "scaled_dot_product_attention" and not _mask_requires_grad(args, kwargs):
             return _fused_attention(*args, **kwargs)
+        if name == "dropout":  # torch.nn.functional.dropout (input, p, training, inplace) or torch.dropout
+            params = dict(zip(("input", "p", "train", "inplace"), args, strict=False))
+            params.update({"train" if k == "training" else k: v for k, v in kwargs.items()})
+            if not params.get("inplace", False):
+                return _fused_dropout(params["input"], params.get("p", 0.5), params.get("train", True))
         return func(*args, **kwargs)
+
+
+def _fused_dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """CUDA's dropout: `native_dropout`, which saves a bool mask (1 byte per element) for backward. On meta (and CPU)
+    `torch.dropout` takes the unfused path instead (`input * bernoulli(1 - p) / (1 - p)`: a mask in the input's
+    dtype, 4 bytes per element in fp32). aten/src/ATen/native/Dropout.cpp, `is_fused_kernel_acceptable`: CUDA,
+    0 < p < 1, non-empty input."""
+    if not train or not 0 < p < 1 or input.numel() == 0:
+        return torch.dropout(input, p, train)
+    return torch.native_dropout(input, p, train)[0]
 
 
 def _mask_requires_grad(args: tuple, kwargs: dict) -> bool:
@@ -132,3 +149,27 @@ def _fused_attention(
         query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale
     )
     return out
+
+
+class CpuStep:
+    """The `device: cpu` step: traced on fake CPU tensors (torch._subclasses.FakeTensorMode), so PyTorch's own CPU
+    dispatch applies as in a real CPU loop: `torch.autocast("cpu")` and its op lists, the CPU attention choice,
+    oneDNN's LSTM, the for-loop optimizers. Nothing is emulated; the interface is `CudaStepEmulation`'s."""
+
+    def __init__(self, autocast_dtype: torch.dtype | None = None) -> None:
+        self.autocast_dtype = autocast_dtype
+
+    def __enter__(self) -> CpuStep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        dtype = self.autocast_dtype
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            yield
+
+
+StepEmulation = CudaStepEmulation | CpuStep

@@ -73,7 +73,7 @@ def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str, regi
             raise ModelBuildError(f"factory {spec.factory!r} raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(model, torch.nn.Module):
             raise ModelBuildError(f"factory {spec.factory!r} returned {type(model).__name__}, not a torch.nn.Module")
-        return model.to(device)
+        return _to_device(model, device)
 
     def make_batch(batch_size: int, device: torch.device) -> Batch:
         batch = Batch()
@@ -91,6 +91,14 @@ def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str, regi
         return batch
 
     return ResolvedModel(spec.factory, build, make_batch_with_target, hf=False)
+
+
+def _to_device(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    # built under `with device:` the tensors are there already; `.to()` on fake CPU tensors (the device: cpu trace)
+    # would try to swap them, which fails for tensors the recorder holds weak references to
+    if all(t.device == device for t in (*model.parameters(), *model.buffers())):
+        return model
+    return model.to(device)
 
 
 def _make_tensor(shape: list[int], dtype: str, low: int, high: int, device: torch.device) -> torch.Tensor:
@@ -183,7 +191,7 @@ def _resolve_hf(spec: ModelSpec, seq_len: int | None) -> ResolvedModel:
         except Exception as exc:
             message = f"building {config.model_type!r} ({task}) raised {type(exc).__name__}: {exc}"
             raise ModelBuildError(message) from exc
-        return model.to(device)
+        return _to_device(model, device)
 
     def make_batch(batch_size: int, device: torch.device) -> Batch:
         if is_image:

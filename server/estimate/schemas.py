@@ -60,8 +60,14 @@ class EstimateRequest(BaseModel):
     )
     batch_size: int = Field(..., ge=1, description="per micro-batch, per GPU")
     optimizer: Optimizer = "adamw"
-    optimizer_impl: Literal["foreach", "for_loop"] = Field(
-        "foreach", description="foreach is PyTorch's default on CUDA (extra transient lists during step())"
+    optimizer_impl: Literal["foreach", "for_loop"] | None = Field(
+        None, description="null: PyTorch's default for the device (foreach on CUDA, with extra transient lists during "
+        "step(); for_loop on CPU)"
+    )
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="the device the job trains on: 'cuda' (per GPU type: caching allocator, cuBLAS workspace, "
+        "fused attention, foreach optimizers) or 'cpu' (a plain CPU loop: CPU kernels, no caching, no rounding; "
+        "validated op for op against torch.profiler, see docs/estimator.md)"
     )
     precision: Precision = "fp32"
     grad_accumulation: int = Field(1, ge=1, le=100_000)
@@ -106,6 +112,7 @@ class GpuFit(BaseModel):
 
 class EstimateResponse(BaseModel):
     model_name: str
+    device: Literal["cuda", "cpu"] = Field("cuda", description="the device estimated for (the request's)")
     parameter_count: int
     parameter_bytes: int
     batch_size: int
@@ -113,9 +120,11 @@ class EstimateResponse(BaseModel):
     optimizer: Optimizer
     peak_requested_bytes: int = Field(description="sum of live tensor sizes at the peak, unrounded")
     peak_allocated_bytes: int = Field(
-        description="caching allocator, rounded blocks (max_memory_allocated), tensors only; per GPU adds cuBLAS"
+        description="caching allocator, rounded blocks (max_memory_allocated), tensors only; per GPU adds cuBLAS. "
+        "device cpu: the CPU allocator neither rounds nor caches, so it equals peak_requested_bytes"
     )
-    peak_reserved_bytes: int = Field(description="caching allocator segments (max_memory_reserved), tensors only")
+    peak_reserved_bytes: int = Field(description="caching allocator segments (max_memory_reserved), tensors only; "
+                                     "device cpu: equals peak_requested_bytes")
     allocations: int
     flops_per_step: float
     bytes_moved_per_step: float

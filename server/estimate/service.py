@@ -231,7 +231,8 @@ ASSUMPTIONS = [
     "batch_size is the micro-batch per GPU; with grad_accumulation > 1 two micro-batches are traced (the rest "
     "repeat the second) and time scales with the number of micro-batches.",
     "AMP follows torch.autocast('cuda') op lists (emulated on meta); GradScaler state (a few scalars) is ignored.",
-    "scaled_dot_product_attention uses a fused kernel (flash / memory-efficient), as CUDA picks for these inputs.",
+    "scaled_dot_product_attention uses a fused kernel (flash / memory-efficient), as CUDA picks for these inputs; "
+    "dropout is CUDA's fused native_dropout (a bool mask saved for backward).",
     "Optimizer 'foreach' implementation (PyTorch's CUDA default) including its transient per-step buffers.",
     "Allocator: PyTorch's native CUDA caching allocator defaults (no expandable_segments, max_split_size "
     "unlimited), one stream; cuDNN convolution workspaces are not modelled (CNN estimates may run low by up "
@@ -252,6 +253,54 @@ USER_STEP_ASSUMPTIONS = [
 ]
 
 
+CPU_ASSUMPTIONS = [
+    ASSUMPTIONS[0],
+    ASSUMPTIONS[1],
+    "device cpu: the step runs on fake CPU tensors, so PyTorch makes the CPU dispatch choices itself "
+    "(torch.autocast('cpu') op lists, the CPU attention kernel, oneDNN LSTM, im2col convolutions); kernels that "
+    "allocate inside (oneDNN RNN workspace, convolution column buffers) are run once per shape on zeros and "
+    "measured (server/estimate/kernel_probe.py).",
+    "device cpu: the CPU allocator neither caches nor rounds: allocated = reserved = requested. Optimizer "
+    "'for_loop' unless asked otherwise (PyTorch's CPU default). Allocations oneDNN makes with its own allocator "
+    "are not counted (neither does torch.profiler).",
+]
+
+
+def step_settings(request: EstimateRequest, user_step: UserStep | None = None) -> StepSettings:
+    """The traced step of a request (`user_step`: the caller's own, --local only); the optimizer implementation
+    defaults to the device's."""
+    impl = request.optimizer_impl or ("for_loop" if request.device == "cpu" else "foreach")
+    return StepSettings(
+        optimizer=request.optimizer, optimizer_impl=impl, precision=request.precision,
+        grad_accumulation=request.grad_accumulation, activation_checkpointing=request.activation_checkpointing,
+        device=request.device, user_step=user_step,
+    )
+
+
+def _cpu_estimate(request: EstimateRequest, resolved: ResolvedModel, st: StepTrace, settings: StepSettings,
+                  started: float) -> EstimateResponse:
+    """A plain CPU loop: no GPU, no allocator simulation, no batch search (no capacity to search against)."""
+    _, op_start = st.marks["step1"]
+    _, op_end = st.marks["end"]
+    _, op_opt = st.marks["step1_optimizer"]
+    micro_scale = request.grad_accumulation / settings.traced_micro_batches
+    fwd_bwd, opt_ops = st.trace.ops[op_start:op_opt], st.trace.ops[op_opt:op_end]
+    peak = st.trace.peak_requested_bytes()
+    return EstimateResponse(
+        model_name=resolved.name, device="cpu", parameter_count=st.parameter_count,
+        parameter_bytes=st.parameter_bytes, batch_size=request.batch_size, precision=request.precision,
+        optimizer=request.optimizer, peak_requested_bytes=peak, peak_allocated_bytes=peak, peak_reserved_bytes=peak,
+        allocations=st.trace.allocations,
+        flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
+        bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
+        # the CPU allocator neither rounds nor caches: allocated = reserved = requested, and there is no CUDA context
+        gpus=[], breakdown=estimate_breakdown(
+            classify(st.trace, st.origins), AllocatorStats(peak, peak, peak), context_bytes=0,
+            context_source="device cpu: no CUDA context"),
+        assumptions=CPU_ASSUMPTIONS, elapsed_s=time.monotonic() - started,
+    )
+
+
 def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
              registered: Collection[str] = (), user_step: UserStep | None = None) -> EstimateResponse:
     """`registered`: the factories an operator registered, besides the zoo (server.estimate.allowlist).
@@ -261,15 +310,13 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
     _check_absurd(request)
     if user_step is not None and request.grad_accumulation != 1:
         raise AbsurdRequestError("grad_accumulation does not apply with a step of your own: accumulate in the step")
-    gpus = _gpus(request.gpu_types)
+    gpus = _gpus(request.gpu_types) if request.device == "cuda" else []
     resolved = resolve(request.model, request.inputs, request.seq_len, request.target, registered=registered)
-    settings = StepSettings(
-        optimizer=request.optimizer, optimizer_impl=request.optimizer_impl, precision=request.precision,
-        grad_accumulation=request.grad_accumulation, activation_checkpointing=request.activation_checkpointing,
-        user_step=user_step,
-    )
+    settings = step_settings(request, user_step)
     est = _Estimator(resolved, settings)
     st = est.trace(request.batch_size)
+    if request.device == "cpu":
+        return _cpu_estimate(request, resolved, st, settings, started)
     base = est.replay(request.batch_size, 0, None).stats
     parts = classify(st.trace, st.origins)
 
@@ -326,7 +373,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
             ),
         ))
     return EstimateResponse(
-        model_name=resolved.name, parameter_count=st.parameter_count, parameter_bytes=st.parameter_bytes,
+        model_name=resolved.name, device="cuda", parameter_count=st.parameter_count, parameter_bytes=st.parameter_bytes,
         batch_size=request.batch_size, precision=request.precision, optimizer=request.optimizer,
         peak_requested_bytes=base.peak_requested_bytes, peak_allocated_bytes=base.peak_allocated_bytes,
         peak_reserved_bytes=base.peak_reserved_bytes, allocations=st.trace.allocations,

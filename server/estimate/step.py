@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from server.estimate.emulation import CudaStepEmulation
+from server.estimate.emulation import StepEmulation
 
 
 def make_optimizer(name: str, params: list[torch.nn.Parameter], impl: str = "foreach") -> torch.optim.Optimizer:
@@ -67,7 +67,7 @@ def train_steps(
     model: torch.nn.Module,
     batch: Batch,
     optimizer: torch.optim.Optimizer,
-    emulation: CudaStepEmulation,
+    emulation: StepEmulation,
     *,
     steps: int = 2,
     micro_batches: int = 1,
@@ -85,7 +85,7 @@ def train_steps(
     mark("end")
 
 
-def _forward_backward(model: torch.nn.Module, batch: Batch, emulation: CudaStepEmulation, scale: int) -> None:
+def _forward_backward(model: torch.nn.Module, batch: Batch, emulation: StepEmulation, scale: int) -> None:
     with emulation.autocast():
         output = model(*batch.args, **batch.kwargs)
         loss = compute_loss(output, batch)

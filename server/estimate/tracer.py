@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -34,6 +35,7 @@ class Trace:
 
     events: list[tuple[int, int]] = field(default_factory=list)
     baseline_events: int = 0
+    labels: list[str] | None = None  # with `StorageRecorder(labels=True)`: the aten op of each event
     ops: list[OpCost] = field(default_factory=list)
     tags: dict[int, str] = field(default_factory=dict)  # storage id -> what allocated it (the recorder's `tag`)
 
@@ -53,9 +55,14 @@ class Trace:
 class StorageRecorder(TorchDispatchMode):
     """Appends to `trace` while active; `close()` stops recording frees that happen after the step."""
 
-    def __init__(self, trace: Trace | None = None, count_ops: bool = True, kernels: MetaKernels | None = None) -> None:
+    def __init__(self, trace: Trace | None = None, count_ops: bool = True, kernels: MetaKernels | None = None,
+                 labels: bool = False) -> None:
         super().__init__()
         self.trace = trace or Trace()
+        if labels:
+            self.trace.labels = []
+        self._op = "baseline"
+        self.module_path = ""  # set by the caller while a module's forward runs (labels only)
         self.count_ops = count_ops
         self.kernels = kernels or MetaKernels()  # memoised meta kernels; pass one to share it across traces
         self._live: dict[int, tuple[int, int]] = {}  # id(storage) -> (storage id, nbytes)
@@ -95,6 +102,8 @@ class StorageRecorder(TorchDispatchMode):
         self.trace.events.append((sid, nbytes))
         if self.tag is not None:
             self.trace.tags[sid] = self.tag
+        if self.trace.labels is not None:
+            self.trace.labels.append(self._op)
         self._refs[sid] = weakref.ref(storage, lambda _r: self._on_free(key, sid, nbytes))
         return True
 
@@ -107,10 +116,16 @@ class StorageRecorder(TorchDispatchMode):
         del self._live[key]
         if self._open:
             self.trace.events.append((sid, -nbytes))
+            if self.trace.labels is not None:
+                self.trace.labels.append(self._op)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func is _aten._local_scalar_dense.default and args[0].device.type == "meta":
+        if self.trace.labels is not None:
+            self._op = f"{self.module_path}/{func.name()}" if self.module_path else func.name()
+        if func is _aten._local_scalar_dense.default and (
+            args[0].device.type == "meta" or isinstance(args[0], FakeTensor)
+        ):
             # a data-dependent branch (`.item()`, `if t.all():`) has no value on meta. Models use these to
             # detect the unusual case (padding present, packed sequences), so read True / 1: the plain case.
             return _META_SCALARS.get(args[0].dtype, 1)

@@ -36,7 +36,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
-from server.estimate.emulation import CudaStepEmulation
+from server.estimate.emulation import StepEmulation
 from server.estimate.errors import UserStepError
 from server.estimate.step import Batch
 
@@ -74,7 +74,7 @@ def run_user_steps(
     user_step: UserStep,
     model: torch.nn.Module,
     batch: Batch,
-    emulation: CudaStepEmulation,
+    emulation: StepEmulation,
     *,
     steps: int,
     mark: Callable[[str], None] = lambda _name: None,
@@ -125,7 +125,7 @@ class _BackwardUnderEmulation(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def _cuda_autocast_emulated(emulation: CudaStepEmulation) -> Iterator[None]:
+def _cuda_autocast_emulated(emulation: StepEmulation) -> Iterator[None]:
     """While active, `torch.autocast("cuda", ...)` (and torch.cuda.amp.autocast) drive the emulation's autocast
     region instead of CUDA's. Nested regions (an `enabled=False` island) are a stack; only the innermost region's
     emulation context is ever open, so the emulation's own (non-reentrant) region is entered and left in order."""

@@ -1,4 +1,7 @@
-"""Reference measurement on CPU: the same step, run for real under `torch.profiler` with profile_memory.
+"""The tracer's twin check on CPU: the estimator's own step (and emulation), run for real under `torch.profiler`.
+
+Not an independent reference: it shares the step code and the CUDA emulation, so it checks the meta tracer only
+(tests/estimate/test_accuracy.py). The independent reference is server/estimate/reference.py.
 
 The profiler reports every CPU allocator call as a `[memory]` event (+bytes / -bytes). The peak of the
 running sum, plus the storages that existed before profiling started (parameters, buffers, inputs), is the
