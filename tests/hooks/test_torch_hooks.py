@@ -15,6 +15,7 @@ from agent.protocol import EventBatch
 from tests.hooks.conftest import Recorder, run_script
 
 STEPS = 8
+BLOCKED_POST_S = 5.0  # the hooks' Transport timeout (agent/hooks/torch.py): what one blocked post would cost
 
 
 def _script_step_times(stdout: str) -> list[float]:
@@ -115,11 +116,12 @@ def test_collector_down_never_slows_or_breaks_training(blackhole_url: str) -> No
     assert base.returncode == hooked.returncode == 0, hooked.stderr
     times = _script_step_times(hooked.stdout)
     assert len(times) == 30
-    # A post that blocked the loop would cost a step the transport timeout (5 s); the other bounds are
-    # generous because this machine is shared (the overhead itself is measured by bench/hook_overhead.py).
-    assert max(times) < 1.0
-    assert _loop_s(hooked.stdout) <= 2 * _loop_s(base.stdout) + 1.0
-    assert hooked.wall_s <= base.wall_s + 5.0  # the exit flush waits at most 2 s
+    # A post that blocked the loop would cost a step the transport timeout, BLOCKED_POST_S. The bounds sit at half
+    # that: they catch a blocked post and leave room for a step descheduled on a loaded machine (the suite runs on
+    # 2 xdist workers, often beside other jobs). The overhead itself is measured by bench/hook_overhead.py.
+    assert max(times) < BLOCKED_POST_S / 2
+    assert _loop_s(hooked.stdout) <= 2 * _loop_s(base.stdout) + BLOCKED_POST_S / 2
+    assert hooked.wall_s <= base.wall_s + BLOCKED_POST_S  # the exit flush waits at most 2 s
 
 
 def test_non_torch_program_imports_nothing_and_chains_sitecustomize(recorder: Recorder, tmp_path: Path) -> None:
