@@ -88,12 +88,18 @@ def clean_db(pg_engine):
     yield pg_engine
 
 
+_queue_numbers = iter(range(1, 1_000_000))
+
+
 @pytest.fixture
 def server_settings(pg_url, clean_db, tmp_path):
+    """Each test its own Celery queue (and so its own Redis keys: the queue name prefixes them all), so nothing one
+    test queued or recorded (tasks left waiting, a worker's task durations) is seen by the next test in the same
+    session, whatever order pytest-xdist runs them in."""
     from server.config import ServerSettings
 
     return ServerSettings(database_url=pg_url, broker_url=None, data_dir=tmp_path / "fleetprof",
-                          queue_name=f"fleetprof_test_{SESSION_TAG}")
+                          queue_name=f"fleetprof_test_{SESSION_TAG}_{next(_queue_numbers)}")
 
 
 @pytest.fixture
