@@ -49,8 +49,15 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 
+# The suite in PYTEST_WORKERS processes (pytest-xdist): each has its own Postgres database, Redis queue and key
+# prefix, Chromium and private fault-injection clusters (tests/conftest.py), and most of the slow tests wait on
+# subprocesses, sleeps and sockets, so two workers overlap well even on 2 cores. `loadgroup` hands out one test
+# at a time, `slow` ones first (tests/conftest.py), and keeps tests marked xdist_group(name) on one worker.
+# PYTEST_WORKERS=0 runs it in this one process.
+PYTEST_WORKERS ?= 2
+
 test: install lint services browser prometheus compose
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-gpu: install
 	$(BIN)/python -m pytest -m gpu   # opt-in, on a machine with an NVIDIA GPU

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid as _uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,6 +12,16 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO_ROOT / "tests" / "data"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `pytest -n 2`), the tests marked `slow` go first, in their collected
+    order: a worker that picks one of them up early leaves the other to drain the many quick ones, instead of
+    both idling while one runs a fuzz test at the very end. A plain `pytest` keeps the collected order.
+    Every worker collects alike, so the order is the same on all of them, as xdist requires."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: ties keep their order
 
 
 @pytest.fixture(scope="session")
@@ -24,9 +36,6 @@ def real_data() -> Path:
 
 
 # ------------------------------------------------------------------ real Postgres and Redis, per test session
-
-import os  # noqa: E402
-import uuid as _uuid  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("FLEETPROF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -79,12 +88,18 @@ def clean_db(pg_engine):
     yield pg_engine
 
 
+_queue_numbers = iter(range(1, 1_000_000))
+
+
 @pytest.fixture
 def server_settings(pg_url, clean_db, tmp_path):
+    """Each test its own Celery queue (and so its own Redis keys: the queue name prefixes them all), so nothing one
+    test queued or recorded (tasks left waiting, a worker's task durations) is seen by the next test in the same
+    session, whatever order pytest-xdist runs them in."""
     from server.config import ServerSettings
 
     return ServerSettings(database_url=pg_url, broker_url=None, data_dir=tmp_path / "fleetprof",
-                          queue_name=f"fleetprof_test_{SESSION_TAG}")
+                          queue_name=f"fleetprof_test_{SESSION_TAG}_{next(_queue_numbers)}")
 
 
 @pytest.fixture

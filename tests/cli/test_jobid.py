@@ -14,9 +14,11 @@ from fleetprof.protocol import JobId
 MADE = [
     "slurm:123", "slurm:123_4", "slurm:123+0",  # Slurm: a job, an array task, a heterogeneous component
     "k8s:ml/trainer-0", "k8s:kube-system/nvidia-dcgm.exporter-7f9c", "k8s:pod-0f3e6a2c-1b4d-4e8f-9a7b-5c6d7e8f9a0b",
-    generate_job_id("alice"), generate_job_id("j.doe@corp"), generate_job_id(".."), generate_job_id("名前"),
     "alice.b@c:run=1", "run-1", "..hidden", "x/.y",
 ]
+# `fleetprof run`'s default ids, for these users: the time and a random suffix make each one new, so the test ids
+# name the user (pytest-xdist's workers must collect the same test ids)
+GENERATED_FOR = ["alice", "j.doe@corp", "..", "名前"]
 REFUSED = {
     "": "empty", "a b": "' '", "tab\there": "'\\t'", "nl\n": "'\\n'", "a,b": "','", "50%": "'%'", "a?b": "'?'",
     "é": "'é'", "x" * (MAX_LENGTH + 1): "at most 200", ".": "dots only", "..": "dots only", "k8s:ns/..": "dots only",
@@ -24,7 +26,8 @@ REFUSED = {
 }
 
 
-@pytest.mark.parametrize("job_id", MADE)
+@pytest.mark.parametrize("job_id", [*MADE, *map(generate_job_id, GENERATED_FOR)],
+                         ids=[*MADE, *(f"generated-for-{user}" for user in GENERATED_FOR)])
 def test_every_id_the_product_makes_is_valid_on_the_wire(job_id: str) -> None:
     assert job_id_problem(job_id) is None and is_job_id(job_id)
     assert TypeAdapter(JobId).validate_python(job_id) == job_id

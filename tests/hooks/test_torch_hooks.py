@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import statistics
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +16,7 @@ from fleetprof.protocol import EventBatch
 from tests.hooks.conftest import Recorder, run_script
 
 STEPS = 8
+BLOCKED_POST_S = 5.0  # the hooks' Transport timeout (agent/hooks/torch.py): what one blocked post would cost
 
 
 def _script_step_times(stdout: str) -> list[float]:
@@ -51,9 +53,12 @@ def test_unmodified_script_steps_times_and_layers(recorder: Recorder) -> None:
 
     script_times = _script_step_times(run.stdout)
     assert len(script_times) == STEPS
-    for ours, theirs in zip((s["wall_s"] for s in steps), script_times):
-        # within 10%, or 2 ms: the scheduling noise floor of this shared 2-core machine
-        assert abs(ours - theirs) <= max(0.10 * theirs, 0.002), (ours, theirs)
+    # Within 10%, or 2 ms (the scheduling noise floor of this shared 2-core machine): the typical step, since a
+    # boundary in the wrong place shows in every step. Each single step within 50%: on a loaded machine (the suite
+    # runs on 2 xdist workers) the hook's own work between the script's clock and ours grows, and 2 steps of 8 once
+    # read 12 % over (0.081 s against 0.072 s).
+    off = [abs(ours - theirs) / max(theirs, 0.02) for ours, theirs in zip((s["wall_s"] for s in steps), script_times)]
+    assert statistics.median(off) <= 0.10 and max(off) <= 0.5, off
 
     layers = recorder.events("layer")
     sampled = sorted({e["step"] for e in layers})
@@ -115,11 +120,12 @@ def test_collector_down_never_slows_or_breaks_training(blackhole_url: str) -> No
     assert base.returncode == hooked.returncode == 0, hooked.stderr
     times = _script_step_times(hooked.stdout)
     assert len(times) == 30
-    # A post that blocked the loop would cost a step the transport timeout (5 s); the other bounds are
-    # generous because this machine is shared (the overhead itself is measured by bench/hook_overhead.py).
-    assert max(times) < 1.0
-    assert _loop_s(hooked.stdout) <= 2 * _loop_s(base.stdout) + 1.0
-    assert hooked.wall_s <= base.wall_s + 5.0  # the exit flush waits at most 2 s
+    # A post that blocked the loop would cost a step the transport timeout, BLOCKED_POST_S. The bounds sit at half
+    # that: they catch a blocked post and leave room for a step descheduled on a loaded machine (the suite runs on
+    # 2 xdist workers, often beside other jobs). The overhead itself is measured by bench/hook_overhead.py.
+    assert max(times) < BLOCKED_POST_S / 2
+    assert _loop_s(hooked.stdout) <= 2 * _loop_s(base.stdout) + BLOCKED_POST_S / 2
+    assert hooked.wall_s <= base.wall_s + BLOCKED_POST_S  # the exit flush waits at most 2 s
 
 
 def test_non_torch_program_imports_nothing_and_chains_sitecustomize(recorder: Recorder, tmp_path: Path) -> None:
