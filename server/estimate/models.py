@@ -8,7 +8,6 @@ operator registered it (server.estimate.allowlist), or a Hugging Face `transform
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ import torch
 
 from server.estimate.allowlist import check_allowed
 from server.estimate.errors import ModelBuildError, UnknownModelError
+from server.estimate.named_code import NamedCodeError, import_callable
 from server.estimate.schemas import InputSpec, ModelSpec
 from server.estimate.step import Batch
 
@@ -46,20 +46,10 @@ def _resolve_factory(spec: ModelSpec, inputs: list[InputSpec], target: str, regi
                      ) -> ResolvedModel:
     assert spec.factory is not None
     check_allowed(spec.factory, registered)  # before any import: the request names no code of its own
-    module_name, sep, attr = spec.factory.partition(":")
-    if not sep or not module_name or not attr:
-        raise UnknownModelError(f"factory {spec.factory!r} is not of the form 'package.module:function'")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module raised while importing
-        raise UnknownModelError(f"cannot import module {module_name!r} for factory {spec.factory!r}: {exc}") from exc
-    factory: Any = module
-    for part in attr.split("."):
-        factory = getattr(factory, part, None)
-        if factory is None:
-            raise UnknownModelError(f"module {module_name!r} has no attribute {attr!r}")
-    if not callable(factory):
-        raise UnknownModelError(f"factory {spec.factory!r} is not callable")
+        factory = import_callable(spec.factory, "factory")
+    except NamedCodeError as exc:
+        raise UnknownModelError(str(exc)) from exc.__cause__
     if not inputs:
         raise ModelBuildError(f"factory model {spec.factory!r} needs 'inputs' (shapes without the batch dimension)")
 

@@ -26,7 +26,6 @@ request: `EstimateRequest` has no field for a step (`extra="forbid"`), and the A
 from __future__ import annotations
 
 import contextlib
-import importlib
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from torch.overrides import TorchFunctionMode
 
 from server.estimate.emulation import StepEmulation
 from server.estimate.errors import UserStepError
+from server.estimate.named_code import NamedCodeError, import_callable
 from server.estimate.step import Batch
 
 StepFactory = Callable[[torch.nn.Module], Callable[..., None]]
@@ -53,20 +53,10 @@ class UserStep:
 
 def load_user_step(spec: str) -> UserStep:
     """Import `package.module:function` (the caller's own code: only ever on the `--local` path)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserStepError(f"step {spec!r} is not of the form 'package.module:function'")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module raised while importing
-        raise UserStepError(f"cannot import module {module_name!r} for step {spec!r}: {exc}") from exc
-    found: Any = module
-    for part in attr.split("."):
-        found = getattr(found, part, None)
-        if found is None:
-            raise UserStepError(f"module {module_name!r} has no attribute {attr!r}")
-    if not callable(found):
-        raise UserStepError(f"step {spec!r} is not callable")
+        found = import_callable(spec, "step")
+    except NamedCodeError as exc:
+        raise UserStepError(str(exc)) from exc.__cause__
     return UserStep(spec, found)
 
 
