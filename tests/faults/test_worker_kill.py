@@ -155,8 +155,11 @@ def test_worker_pool_process_killed_mid_task_reruns(fault_db, private_redis, pro
     t0 = make_big_job(url, operator, fault_db, "big-1")
     end_job(url, operator, "big-1", t0)  # enqueues characterization
 
-    wait_until(lambda: received(worker), 30, "the task to reach the worker", interval_s=0.05)
-    time.sleep(0.2)  # inside the task (loading and characterizing 120,000 samples: ~1 s)
+    wait_until(lambda: received(worker), 30, "the task to reach the worker", interval_s=0.02)
+    # Inside the task (loading and characterizing 120,000 samples: ~1 s idle). The "received" line can reach the log
+    # late on a loaded machine (a second xdist worker): kill at once rather than after a further pause. A kill
+    # before the body starts is still a kill of the pool process holding the unacknowledged task (acks_late).
+    time.sleep(0.02)
     children = psutil.Process(worker.pid).children(recursive=True)
     assert len(children) == 1, children
     t_kill = time.time()
