@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from agent.config import load_settings
@@ -102,22 +103,37 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
     finally:
         devices.close()
-    answer = _rightsizing(settings.server_url, settings.token, name, settings.team)
+    answer = _rightsizing(settings.server_url, settings.token, runs, name, settings.team,
+                          settle_s=settings.batch_interval_s + 1.0)
     sys.stdout.write(sweep_text(runs, answer))
     failed = next((r for r in runs if r.state != "finished"), None)
     return failed.exit_code if failed is not None else 0
 
 
-def _rightsizing(server_url: str | None, token: str | None, name: str, team: str | None) -> dict[str, Any] | None:
+def _rightsizing(server_url: str | None, token: str | None, runs: list[CapRun], name: str, team: str | None,
+                 settle_s: float) -> dict[str, Any] | None:
     if not server_url:
         return None
+    time.sleep(settle_s)  # the agent's last batch of the last run (it cuts one every batch_interval_s)
     try:
         with Client(server_url, token) as api:
-            body: dict[str, Any] = api.rightsizing(name=name, team=team)
-            return body
+            return fetch_recommendation(api, runs, name, team)
     except ApiError as exc:
         print(f"fleetprof tune: no recommendation from the server: {exc}", file=sys.stderr)
         return None
+
+
+def fetch_recommendation(api: Client, runs: list[CapRun], name: str, team: str | None) -> dict[str, Any]:
+    """GET /api/v1/rightsizing?name=NAME after computing each sweep run's report afresh (right-sizing reads the
+    earlier runs from their cached reports only, and a run's samples may have come in after a first report)."""
+    for r in runs:
+        try:
+            api.report_json(r.job_id, refresh=True)
+        except ApiError as exc:
+            if exc.status != 404:  # 404: the run was not registered (no server while it ran)
+                raise
+    body: dict[str, Any] = api.rightsizing(name=name, team=team)
+    return body
 
 
 def _num(value: Any, fmt: str) -> str:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import time
 
-from agent.cli.tune import sweep_text
+import httpx
+
+from agent.cli.tune import fetch_recommendation, sweep_text
 from agent.devices.fake import FakeGpu, FakeNvml
 from agent.devices.nvml import NvmlDevices
 from agent.tune import CapRun, run_sweep
+from fleetprof.client import Client
 from fleetprof.protocol import PROTOCOL_VERSION
 from tests.server.helpers import auth, sample_batch
 
@@ -50,9 +53,15 @@ def test_two_cap_sweep_gives_a_power_cap_recommendation(api, make_token):  # typ
 
     runs = run_sweep(devices, [700.0, 450.0], run_one)
     assert fake.gpus[0].power_limit_mw == 700_000  # restored
-    for r in runs:  # the reports exist before right-sizing reads them
-        assert api.get(f"/api/v1/jobs/{r.job_id}/report", headers=auth(op)).status_code == 200
-    body = api.get("/api/v1/rightsizing", params={"name": "tiny-cap"}, headers=auth(op)).json()
+    # what `fleetprof tune` asks, through the client (the TestClient is its httpx client)
+    def forward(request: httpx.Request) -> httpx.Response:
+        r = api.request(request.method, request.url.raw_path.decode(), headers=dict(request.headers),
+                        content=request.content)
+        return httpx.Response(r.status_code, headers={"content-type": r.headers.get("content-type", "")},
+                              content=r.content)
+
+    client = Client("http://testserver", op, transport=httpx.MockTransport(forward))
+    body = fetch_recommendation(client, runs, "tiny-cap", None)
     cap = next(r for r in body["recommendations"] if r["kind"] == "power_cap")
     assert cap["summary"] == "Cap power at 450 W", cap
     ev = cap["evidence"]
