@@ -125,15 +125,18 @@ def _rightsizing(server_url: str | None, token: str | None, runs: list[CapRun], 
 
 def fetch_recommendation(api: Client, runs: list[CapRun], name: str, team: str | None) -> dict[str, Any]:
     """GET /api/v1/rightsizing?name=NAME after computing each sweep run's report afresh (right-sizing reads the
-    earlier runs from their cached reports only, and a run's samples may have come in after a first report)."""
+    earlier runs from their cached reports only, and a run's samples may have come in after a first report).
+    The answer gets `sweep_runs`: {job_id: that report's `rightsizing_inputs`} (step_time_s, energy_per_step_j,
+    the power_limit_w its samples recorded)."""
+    inputs: dict[str, Any] = {}
     for r in runs:
         try:
-            api.report_json(r.job_id, refresh=True)
+            inputs[r.job_id] = api.report_json(r.job_id, refresh=True).get("rightsizing_inputs") or {}
         except ApiError as exc:
             if exc.status != 404:  # 404: the run was not registered (no server while it ran)
                 raise
     body: dict[str, Any] = api.rightsizing(name=name, team=team)
-    return body
+    return {**body, "sweep_runs": inputs}
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -141,17 +144,17 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def sweep_text(runs: list[CapRun], answer: dict[str, Any] | None) -> str:
-    """The sweep's table (measured values from the server's power-cap evidence; '-' where unknown) and the
-    recommendation."""
+    """The sweep's table (each run's report: '-' where unknown) and the power-cap recommendation."""
     rec = next((r for r in (answer or {}).get("recommendations", []) if r.get("kind") == "power_cap"), None)
-    measured = {m.get("job_id"): m for m in ((rec or {}).get("evidence") or {}).get("runs", [])}
-    lines = [f"{'cap W':>7}  {'time/step s':>11}  {'energy/step J':>13}  {'state':<8}  job"]
+    measured = (answer or {}).get("sweep_runs") or {}
+    lines = [f"{'cap W':>7}  {'recorded W':>10}  {'time/step s':>11}  {'energy/step J':>13}  {'state':<8}  job"]
     for r in runs:
-        m = measured.get(r.job_id, {})
-        lines.append(f"{r.power_limit_w:>7.0f}  {_num(m.get('step_time_s'), '.4f'):>11}  "
-                     f"{_num(m.get('energy_per_step_j'), '.1f'):>13}  {r.state:<8}  {r.job_id}")
-    lines.append("source: caps set through NVML; time and energy per step from each job's report (hooks' steps, "
-                 "NVML energy)")
+        m = measured.get(r.job_id) or {}
+        lines.append(f"{r.power_limit_w:>7.0f}  {_num(m.get('power_limit_w'), '.0f'):>10}  "
+                     f"{_num(m.get('step_time_s'), '.4f'):>11}  {_num(m.get('energy_per_step_j'), '.1f'):>13}  "
+                     f"{r.state:<8}  {r.job_id}")
+    lines.append("source: cap W set through NVML; recorded W (the limit the job's samples carried), time and energy "
+                 "per step from each job's report (hooks' steps, NVML energy)")
     if rec is None:
         lines.append("recommendation: none yet (no server, or its reports are not ready): "
                      "fleetprof rightsizing --name NAME")

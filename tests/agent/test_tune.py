@@ -97,5 +97,5 @@ def test_cli_sweeps_the_test_double_and_rejects_bad_caps(capsys: pytest.CaptureF
     out = capsys.readouterr()
     assert "test double" in out.err
     rows = [line.split() for line in out.out.splitlines()[1:3]]
-    assert [(r[0], r[3]) for r in rows] == [("300", "finished"), ("250", "finished")]
+    assert [(r[0], r[4]) for r in rows] == [("300", "finished"), ("250", "finished")]
     assert "recommendation: none yet" in out.out

@@ -74,4 +74,4 @@ def test_two_cap_sweep_gives_a_power_cap_recommendation(api, make_token):  # typ
     text = sweep_text(runs, body)
     assert "recommendation: Cap power at 450 W" in text
     row = next(line for line in text.splitlines() if line.endswith("tune-450")).split()
-    assert row[0] == "450" and float(row[1]) == 1.05 and row[2] != "-"
+    assert row[:2] == ["450", "450"] and float(row[2]) == 1.05 and float(row[3]) > 0
