@@ -99,3 +99,16 @@ def test_cli_sweeps_the_test_double_and_rejects_bad_caps(capsys: pytest.CaptureF
     rows = [line.split() for line in out.out.splitlines()[1:3]]
     assert [(r[0], r[4]) for r in rows] == [("300", "finished"), ("250", "finished")]
     assert "recommendation: none yet" in out.out
+
+
+def test_cli_without_privilege_says_so_in_one_line_and_runs_nothing(capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent.cli.tune as tune_cli
+
+    devices, fake = _devices(1, power_limit_needs_root=True)
+    monkeypatch.setattr(tune_cli, "_open", lambda source: devices)
+    monkeypatch.delenv("FLEETPROF_SERVER_URL", raising=False)
+    assert main(["tune", "power", "--caps", "300,250", "--", sys.executable, "-c", "raise SystemExit(9)"]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fleetprof tune: error: setting the power limit needs root (or CAP_SYS_ADMIN)")
+    assert fake.gpus[0].power_limit_mw == 600_000 and not any("job" in line for line in err)
