@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("dashboard.cli", "run the Dash dashboard"),
     "agent": ("agent.cli.agent", "run the node agent (NVML sampler, spool, shipper)"),
     "run": ("agent.cli.run", "run a training command as a profiled job"),
+    "tune": ("agent.cli.tune", "sweep a setting over runs of a command and recommend one: `tune power -- CMD`"),
     "slurm": ("agent.cli.slurm", "Slurm prolog/epilog: register a job, end it with its exit status, summarize it"),
     "report": ("fleetprof.commands.report", "print a job's characterization report"),
     "rightsizing": ("fleetprof.commands.rightsizing",

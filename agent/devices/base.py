@@ -128,6 +128,21 @@ class Devices(abc.ABC):
     @abc.abstractmethod
     def processes(self, slot: int) -> list[GpuProcess]: ...
 
+    def power_limit_constraints_mw(self, slot: int) -> tuple[int, int]:
+        """(min, max) power limit the driver accepts for this GPU, in mW. FieldNotSupportedError when the
+        device set cannot set limits (a replay, a MIG device)."""
+        raise FieldNotSupportedError("this device set cannot set power limits")
+
+    def set_power_limit_mw(self, slot: int, limit_mw: int) -> None:
+        """Set the GPU's power management limit (mW). ValueError outside the constraints;
+        DevicePermissionError without the privilege (root or CAP_SYS_ADMIN on Linux); FieldNotSupportedError
+        where the GPU or device set cannot."""
+        raise FieldNotSupportedError("this device set cannot set power limits")
+
+    def power_limit_mw(self, slot: int) -> int | None:
+        """The limit the driver enforces now (mW); None when unknown."""
+        return None
+
     def xid_events(self) -> list[tuple[int, int]]:
         """(slot, xid) of XID errors since the last call; never blocks."""
         return []

@@ -72,6 +72,10 @@ class FakeGpu:
     pci_bus_id: str = "00000000:00:00.0"
     power_limit_mw: int = 700_000
     default_power_limit_mw: int = 700_000
+    min_power_limit_mw: int = 200_000
+    max_power_limit_mw: int = 700_000
+    # setting the limit answers NVML_ERROR_NO_PERMISSION (not root), as the real driver does
+    power_limit_needs_root: bool = False
     # (pid, used bytes or None)
     compute_processes: list[tuple[int, int | None]] = field(default_factory=list)
     graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
@@ -230,6 +234,22 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h: _Handle) -> int:
         return self._check("nvmlDeviceGetPowerManagementDefaultLimit", h).default_power_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h: _Handle) -> list[int]:
+        g = self._check("nvmlDeviceGetPowerManagementLimitConstraints", h)
+        if g.is_mig:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return [g.min_power_limit_mw, g.max_power_limit_mw]
+
+    def nvmlDeviceSetPowerManagementLimit(self, h: _Handle, limit_mw: int) -> None:
+        g = self._check("nvmlDeviceSetPowerManagementLimit", h)
+        if g.is_mig:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        if g.power_limit_needs_root:
+            raise _real.NVMLError(_real.NVML_ERROR_NO_PERMISSION)
+        if not g.min_power_limit_mw <= limit_mw <= g.max_power_limit_mw:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        g.power_limit_mw = int(limit_mw)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:
         return self._check("nvmlDeviceGetTotalEnergyConsumption", h, "energy").energy_mj

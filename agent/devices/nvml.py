@@ -338,6 +338,42 @@ class NvmlDevices(Devices):
             return self._get(slot, "power", nvml.nvmlDeviceGetPowerUsage, handle)
         return None
 
+    # ------------------------------------------------------------------------------------------ power limit
+
+    def _physical_handle(self, slot: int) -> Any:
+        if self._ids[slot].mig_parent_uuid is not None:
+            raise FieldNotSupportedError(f"GPU slot {slot} is a MIG device: its parent's power limit applies")
+        return self._handles[slot]
+
+    def _call(self, slot: int, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as exc:
+            err = map_nvml_error(self._nvml, exc, slot)
+            if isinstance(err, GpuLostError):
+                self._lost[slot] = True
+            raise err from None
+
+    def power_limit_constraints_mw(self, slot: int) -> tuple[int, int]:
+        """nvmlDeviceGetPowerManagementLimitConstraints: (min, max) in mW."""
+        lo, hi = self._call(slot, self._nvml.nvmlDeviceGetPowerManagementLimitConstraints,
+                            self._physical_handle(slot))
+        return int(lo), int(hi)
+
+    def set_power_limit_mw(self, slot: int, limit_mw: int) -> None:
+        """nvmlDeviceSetPowerManagementLimit, checked against the constraints first (a clear ValueError rather
+        than NVML's INVALID_ARGUMENT); NO_PERMISSION becomes DevicePermissionError."""
+        lo, hi = self.power_limit_constraints_mw(slot)
+        if not lo <= limit_mw <= hi:
+            raise ValueError(f"GPU {self._ids[slot].uuid}: power limit {limit_mw / 1000:.0f} W is outside "
+                             f"the range the driver accepts, {lo / 1000:.0f}-{hi / 1000:.0f} W")
+        self._call(slot, self._nvml.nvmlDeviceSetPowerManagementLimit, self._physical_handle(slot), int(limit_mw))
+
+    def power_limit_mw(self, slot: int) -> int | None:
+        if self._ids[slot].mig_parent_uuid is not None:
+            return None
+        return self._get(slot, "power_limit", self._nvml.nvmlDeviceGetEnforcedPowerLimit, self._handles[slot])
+
     def read_fast(self, slot: int) -> tuple[int | None, int | None]:
         if self._lost[slot]:
             self._revive(slot)

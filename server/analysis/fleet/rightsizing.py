@@ -130,7 +130,10 @@ def power_cap_choice(runs: Sequence[tuple[float, float, float]], *,
             "baseline_power_limit_w": top[0], "baseline_energy_j": top[1], "baseline_time_s": top[2],
             "energy_saving_fraction": 1 - best[1] / top[1] if top[1] > 0 else None,
             "slowdown_fraction": best[2] / top[2] - 1 if top[2] > 0 else None,
-            "caps_measured": sorted(by_cap)}
+            "caps_measured": sorted(by_cap),
+            # every cap measured, highest first: (W, J per unit of work, s per unit of work), runs averaged
+            "per_cap": [{"power_limit_w": cap, "energy_j": e, "time_s": t}
+                        for cap, e, t in sorted(rows, key=lambda r: -r[0])]}
 
 
 # ---------------------------------------------------------------- report glue
@@ -302,13 +305,18 @@ def _batch_recs(runs: Sequence[Mapping[str, Any]], catalog: Sequence[GpuModel], 
 
 def _power_cap_rec(runs: Sequence[Mapping[str, Any]]) -> Recommendation:
     pts = [(r.get("power_limit_w"), r.get("energy_per_step_j"), r.get("step_time_s")) for r in runs]
+    # each run with its cap, energy and time per step (J, s: the run's report), so a sweep's table names its jobs
+    measured = [{"job_id": r.get("job_id"), "power_limit_w": r.get("power_limit_w"),
+                 "energy_per_step_j": r.get("energy_per_step_j"), "step_time_s": r.get("step_time_s")}
+                for r in runs if r.get("power_limit_w") is not None]
     choice = power_cap_choice([p for p in pts if None not in p])  # type: ignore[misc]
     if choice is None:
         return recommendation(
             "power_cap", "Power cap needs measuring",
-            "the job has not run at two or more power limits; a short sweep (as Zeus does) measures "
-            "energy and time per step at each cap", {"caps_measured": sorted({p[0] for p in pts if p[0]})}, None)
+            "the job has not run at two or more power limits; a short sweep (as Zeus does; `fleetprof tune power`) "
+            "measures energy and time per step at each cap",
+            {"caps_measured": sorted({p[0] for p in pts if p[0]}), "runs": measured}, None)
     return recommendation(
         "power_cap", f"Cap power at {choice['power_limit_w']:.0f} W",
         f"least energy per step among caps at most {MAX_SLOWDOWN_FRACTION:.0%} slower than the fastest",
-        choice, {"energy_fraction": choice["energy_saving_fraction"]})
+        {**choice, "runs": measured}, {"energy_fraction": choice["energy_saving_fraction"]})
