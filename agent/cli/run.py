@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "job named REF): the allocator setting in the environment, the batch size through "
                              "--batch-size-arg/--batch-size-env; recorded in the job's metadata as `applied`")
     parser.add_argument("--batch-size-arg", metavar="FLAG",
-                        help="with --apply: the command-line argument the script reads its batch size from (e.g. "
-                             "--batch-size); replaced in CMD, or appended")
+                        help="with --apply: the command-line argument the script reads its batch size from (written "
+                             "--batch-size-arg=--batch-size); replaced in CMD, or appended")
     parser.add_argument("--batch-size-env", metavar="VAR",
                         help="with --apply: the environment variable the script reads its batch size from")
     add_format_argument(parser, help="the summary printed on stderr when the job ends: table (default) or json "
