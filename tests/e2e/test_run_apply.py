@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from fleetprof.client import Client
 from tests.e2e.conftest import FLEETPROF, client_env
 
 MEMORY_TRACE = Path(__file__).parents[1] / "data/kineto/hta/df_index_resolver/df_index_resolver.json.gz"
@@ -62,6 +63,11 @@ def test_apply_sets_the_allocator_setting_and_compare_shows_it(live_server: str,
     assert realized["before"] == report["memory"]["peak_reserved_bytes"]
     # the second run recorded no memory trace (a CPU run without hooks): unknown, not zero
     assert realized["after"] is None and realized["saving"] is None
+
+    # the typed client (the dashboard's compare view reads it) agrees
+    with Client(live_server, token) as c:
+        typed = c.compare(["apply-before", "apply-after"])
+    assert typed.jobs[1].applied[0].setting == setting and typed.jobs[1].applied[0].realized[0].saving is None
 
     missing = subprocess.run([*FLEETPROF, "run", "--apply", "no-such-job-or-name", "--", sys.executable, "-c", ""],
                              env=env, capture_output=True, text=True, timeout=120)
