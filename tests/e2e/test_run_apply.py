@@ -69,6 +69,10 @@ def test_apply_sets_the_allocator_setting_and_compare_shows_it(live_server: str,
         typed = c.compare(["apply-before", "apply-after"])
     assert typed.jobs[1].applied[0].setting == setting and typed.jobs[1].applied[0].realized[0].saving is None
 
+    # REF that is no job: the right-sizing of the recurring job of that name (its latest run)
+    by_name = _run(env, "apply-by-name", "--apply", "e2e-apply")
+    assert "from apply-after" in by_name.stderr, by_name.stderr
+
     missing = subprocess.run([*FLEETPROF, "run", "--apply", "no-such-job-or-name", "--", sys.executable, "-c", ""],
                              env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode != 0 and "--apply no-such-job-or-name" in missing.stderr
