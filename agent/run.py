@@ -25,7 +25,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -161,7 +161,16 @@ class JobRunner:
         return env
 
     def run(self, command: Sequence[str], *, job_id: str, team: str | None = None, name: str | None = None,
-            hooks: bool = True, batch_size: int | None = None, traces: HookTraces | None = None) -> JobOutcome:
+            hooks: bool = True, batch_size: int | None = None, traces: HookTraces | None = None,
+            extra_env: Mapping[str, str] | None = None, applied: Sequence[Mapping[str, Any]] | None = None,
+            ) -> JobOutcome:
+        """`extra_env`: set in the child's environment over ours (`--apply`); `applied`: the recommendations that
+        were applied, recorded in the job's metadata (`applied`) for the compare view."""
+        metadata: dict[str, Any] = {}
+        if batch_size is not None:
+            metadata["batch_size_source"] = "flag"
+        if applied:
+            metadata["applied"] = [dict(a) for a in applied]
         cuda = self.environ.get("CUDA_VISIBLE_DEVICES")
         job: dict[str, Any] = {
             "job_id": job_id, "team": team, "name": name or os.path.basename(command[0]),
@@ -169,10 +178,11 @@ class JobRunner:
             "state": "running", "started_at": time.time(), "gpu_uuids": gpus_from_cuda_visible_devices(cuda),
             "cuda_visible_devices": cuda, "framework": "pytorch" if hooks and self._child_env else None,
             # --batch-size: the job's own word, which the hooks' reading does not replace (server.jobs.framework_info)
-            "batch_size": batch_size, "metadata": {"batch_size_source": "flag"} if batch_size is not None else None,
+            "batch_size": batch_size, "metadata": metadata or None,
         }
         self._post(job)
         env = self.child_environment(job_id, hooks, traces)
+        env.update(extra_env or {})
         result = self._spawn(command, env)
         self._post({**job, "state": result.state, "ended_at": time.time(), "exit_code": result.exit_code})
         if self.transport is not None:

@@ -20,7 +20,7 @@ from dashboard.client import ApiClient, ApiError
 from dashboard.components import APP_CONFIG_KEY, is_operator
 from dashboard.session import AuthStore, clear_session, fingerprint, install_token_exchange, request_token
 
-PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate")
+PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate", "compare")
 
 
 def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float = 60.0,

@@ -97,6 +97,32 @@ class CompareRatios(BaseModel):
     duration_ratio: float | None
 
 
+class RealizedSaving(BaseModel):
+    """One measured figure of a run that applied a recommendation, against the run it was compared with: `saving`
+    = before - after in `unit` (positive: the figure went down); null when either run does not know it."""
+
+    figure: str = Field(description="the compared run figure, e.g. peak_reserved_bytes, step_time_p50_s")
+    unit: str
+    before: float | None
+    after: float | None
+    saving: float | None
+    saving_pct: float | None = Field(description="saving / before, in %")
+    against_job_id: str = Field(description="the run measured against: the job it came from when compared, else "
+                                            "the baseline")
+    source: str
+
+
+class AppliedRecommendation(BaseModel):
+    """A recommendation this run started with (`fleetprof run --apply`), as recorded in the job's metadata."""
+
+    kind: str
+    summary: str
+    from_job: str | None
+    setting: str | None = Field(description="what was set, e.g. PYTORCH_CUDA_ALLOC_CONF=...")
+    predicted_saving: dict[str, Any] | None = Field(description="the recommendation's `saving` (units in its keys)")
+    realized: list[RealizedSaving] = Field(description="the measured difference of the figures it should move")
+
+
 class CompareRun(BaseModel):
     """One run, with the figures of its characterization report (null where the report cannot know)."""
 
@@ -127,6 +153,8 @@ class CompareRun(BaseModel):
     analyzed_at: float | None
     vs_baseline: CompareRatios
     differs_from_baseline: list[str] = Field(description="setup fields that differ from the baseline's")
+    applied: list[AppliedRecommendation] = Field(
+        default_factory=list, description="recommendations this run applied (`fleetprof run --apply`)")
 
 
 class CompareBest(BaseModel):

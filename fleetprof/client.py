@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from fleetprof.api_models import CompareOut
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.settings import ClientSettings, connection, load_client_settings
@@ -270,6 +271,10 @@ class Client:
     def job(self, job_id: str) -> Json:
         body: Json = self.get_json(job_path(job_id))
         return body
+
+    def compare(self, job_ids: list[str]) -> CompareOut:
+        """GET /api/v1/jobs/compare: the runs side by side, the first the baseline, with what each applied."""
+        return CompareOut.model_validate(self.get_json(f"{JOBS_PATH}/compare", ids=",".join(job_ids)))
 
     def report(self, job_id: str, *, refresh: bool = False) -> JobReport:
         """The job's characterization, typed. `refresh` recomputes it now instead of a cached report."""

@@ -1,5 +1,9 @@
 """`fleetprof run [--job-id ID] [--team T] [--name N] [--batch-size N] [--trace-allocator STEPS] [--profile STEPS]
-[--no-hooks] [--format table|json] -- CMD ...`.
+[--no-hooks] [--apply REF [--batch-size-arg FLAG] [--batch-size-env VAR]] [--format table|json] -- CMD ...`.
+
+`--apply REF` starts the run with the recommendations of job REF's report (or, when REF is not a job id or no
+such job is visible, of GET /rightsizing?name=REF) applied (agent.apply), prints one line per applied one on
+stderr and records them in the job's metadata (`applied`), which the compare view reads back.
 
 Ends with a summary of the job on stderr (agent.run_summary): a table, or with `--format json` one line of JSON
 (stderr too: stdout is the job's own). None when the server cannot be reached.
@@ -11,13 +15,16 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any
 
+from agent.apply import ApplyPlan, plan_apply
 from agent.config import AgentSettings, load_settings
 from agent.run import HookTraces, JobOutcome, JobRunner, default_job_id
 from agent.run_summary import fetch_summary, summary_text
-from fleetprof.client import Client
+from fleetprof.client import ApiError, Client
 from fleetprof.commands.common import checked_job_id
 from fleetprof.errors import CliError
+from fleetprof.jobid import job_id_problem
 from fleetprof.output import add_format_argument
 
 
@@ -36,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", type=_positive_int, metavar="STEPS",
                         help="record a torch.profiler (Kineto) trace of steps 1..STEPS, upload it to the job and "
                              "analyze it (time breakdown, kernels, optimization plans)")
+    parser.add_argument("--apply", metavar="REF",
+                        help="apply the recommendations of job REF's report (or of the right-sizing of the recurring "
+                             "job named REF): the allocator setting in the environment, the batch size through "
+                             "--batch-size-arg/--batch-size-env; recorded in the job's metadata as `applied`")
+    parser.add_argument("--batch-size-arg", metavar="FLAG",
+                        help="with --apply: the command-line argument the script reads its batch size from (written "
+                             "--batch-size-arg=--batch-size); replaced in CMD, or appended")
+    parser.add_argument("--batch-size-env", metavar="VAR",
+                        help="with --apply: the environment variable the script reads its batch size from")
     add_format_argument(parser, help="the summary printed on stderr when the job ends: table (default) or json "
                                      "(one line; stdout is the job's own)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
@@ -67,18 +83,60 @@ def run(args: argparse.Namespace) -> int:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+    if (args.batch_size_arg or args.batch_size_env) and not args.apply:
+        raise CliError("--batch-size-arg and --batch-size-env go with --apply")
     settings = load_settings(team=args.team)
+    plan = _apply_plan(settings, args, command) if args.apply else None
     job_id = checked_job_id(args.job_id) if args.job_id is not None else default_job_id(settings)
     if args.job_id is None:
         print(f"fleetprof run: job id {job_id}", file=sys.stderr)
+    batch_size = args.batch_size
+    if plan is not None:
+        command = plan.command
+        batch_size = plan.batch_size if plan.batch_size is not None else batch_size
     result = JobRunner(settings).run(command, job_id=job_id, team=settings.team, name=args.name,
-                                     hooks=not args.no_hooks, batch_size=args.batch_size,
+                                     hooks=not args.no_hooks, batch_size=batch_size,
                                      traces=HookTraces(alloc_trace_steps=args.trace_allocator or 0,
-                                                       profile_steps=args.profile or 0))
+                                                       profile_steps=args.profile or 0),
+                                     extra_env=plan.env if plan is not None else None,
+                                     applied=[a.as_metadata() for a in plan.applied] if plan is not None else None)
     if result.state != "finished":
         print(f"fleetprof run: job {job_id} {result.state} (exit status {result.exit_code})", file=sys.stderr)
     _print_summary(settings, job_id, result, args.format)
     return result.exit_code
+
+
+def _recommendations(transport: Client, ref: str, team: str | None) -> tuple[str, list[dict[str, Any]]]:
+    """(the job the recommendations come from, the recommendations): job REF's report, else the right-sizing of
+    the recurring job named REF."""
+    if job_id_problem(ref) is None:
+        try:
+            report = transport.report_json(ref)
+            return ref, list(report.get("recommendations") or [])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise CliError(f"--apply {ref}: {exc}") from None
+    try:
+        body = transport.rightsizing(name=ref, team=team)
+    except ApiError as exc:
+        raise CliError(f"--apply {ref}: no job with that id, and no right-sizing for that name: {exc}") from None
+    return str(body.get("job_id") or ref), list(body.get("recommendations") or [])
+
+
+def _apply_plan(settings: AgentSettings, args: argparse.Namespace, command: list[str]) -> ApplyPlan:
+    if not settings.server_url:
+        raise CliError("--apply reads the recommendations from the server: set FLEETPROF_SERVER_URL")
+    with Client(settings.server_url, settings.token, timeout_s=settings.http_timeout_s) as transport:
+        from_job, recs = _recommendations(transport, args.apply, args.team)
+    plan = plan_apply(recs, command, from_job=from_job, batch_size_arg=args.batch_size_arg,
+                      batch_size_env=args.batch_size_env)
+    for applied in plan.applied:
+        print(f"fleetprof run: applied {applied.kind} from {from_job}: {applied.setting}", file=sys.stderr)
+    for skipped in plan.skipped:
+        print(f"fleetprof run: not applied {skipped}", file=sys.stderr)
+    if not plan.applied:
+        print(f"fleetprof run: nothing to apply from {from_job}", file=sys.stderr)
+    return plan
 
 
 def _print_summary(settings: AgentSettings, job_id: str, result: JobOutcome, fmt: str) -> None:

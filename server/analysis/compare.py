@@ -51,6 +51,58 @@ def _gpu_setup(report: Mapping[str, Any]) -> tuple[str | None, int | None]:
     return inputs.get("gpu_name"), inputs.get("gpu_count")
 
 
+# kind -> the run figures it should move, (row key, unit): memory kinds the reserved peak, the rest time and energy.
+MEMORY_KINDS = frozenset({"allocator_settings", "memory", "amp_bf16", "batch_size_fit"})
+MEMORY_FIGURES = (("peak_reserved_bytes", "bytes"),)
+OTHER_FIGURES = (("step_time_p50_s", "s"), ("energy_per_step_j", "J"))
+
+
+def _realized(kind: str, row: Mapping[str, Any], against: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for key, unit in MEMORY_FIGURES if kind in MEMORY_KINDS else OTHER_FIGURES:
+        before, after = against[key], row[key]
+        saving = before - after if before is not None and after is not None else None
+        out.append({"figure": key, "unit": unit, "before": before, "after": after, "saving": saving,
+                    "saving_pct": 100.0 * saving / before if saving is not None and before > 0 else None,
+                    "against_job_id": against["job_id"], "source": f"the runs' reports ({key})"})
+    return out
+
+
+def _applied(row: Mapping[str, Any], applied: Any, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The job's metadata `applied` entries with their realized savings, measured against the job each came from
+    when it is among the compared runs, else the baseline. Malformed entries are skipped."""
+    by_id = {r["job_id"]: r for r in rows}
+    out = []
+    for entry in applied if isinstance(applied, list) else []:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("kind"), str):
+            continue
+        from_job = entry.get("from_job") if isinstance(entry.get("from_job"), str) else None
+        against = by_id.get(from_job, rows[0]) if from_job is not None else rows[0]
+        realized = [] if against is row else _realized(entry["kind"], row, against)
+        saving = entry.get("predicted_saving")
+        out.append({"kind": entry["kind"], "summary": str(entry.get("summary", "")),
+                    "from_job": from_job,
+                    "setting": entry.get("setting") if isinstance(entry.get("setting"), str) else None,
+                    "predicted_saving": saving if isinstance(saving, Mapping) else None, "realized": realized})
+    return out
+
+
+def _applied_finding(job_id: str, item: Mapping[str, Any]) -> str:
+    """e.g. "b applied allocator_settings (PYTORCH_CUDA_ALLOC_CONF=...): peak_reserved_bytes 2.0 MiB less than a
+    (25.0 %); predicted {'reserved_bytes': ...}"."""
+    text = f"{job_id} applied {item['kind']}" + (f" ({item['setting']})" if item["setting"] else "")
+    measured = [r for r in item["realized"] if r["saving"] is not None]
+    if measured:
+        text += ": " + "; ".join(f"{r['figure']} {r['saving']:+.6g} {r['unit']} saved vs {r['against_job_id']}"
+                                 + (f" ({r['saving_pct']:.1f} %)" if r["saving_pct"] is not None else "")
+                                 for r in measured)
+    else:
+        text += ": realized saving not measurable (a figure is unknown in one of the runs)"
+    if item["predicted_saving"]:
+        text += f"; predicted {item['predicted_saving']}"
+    return text
+
+
 def run_row(job: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
     """One run's figures. `job`: job_id, name, team, framework, batch_size, state (the job's current metadata);
     `report`: its characterization. Unknown stays None."""
@@ -152,7 +204,8 @@ def _best(rows: Sequence[Mapping[str, Any]], key: str, *, lowest: bool) -> str |
 
 
 def compare_runs(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> CompareOut:
-    """Compare (job metadata, report) pairs; the first is the baseline.
+    """Compare (job metadata, report) pairs; the first is the baseline. A job's `applied` (the recommendations
+    `fleetprof run --apply` recorded) comes back per run with the realized saving next to the predicted one.
 
     Returns `baseline_job_id`, `jobs[]` (run_row figures plus `vs_baseline` ratios and
     `differs_from_baseline`), `best` (which run is fastest per step, has the highest throughput, the least
@@ -169,6 +222,9 @@ def compare_runs(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) ->
         row["differs_from_baseline"] = [f for f in SETUP_FIELDS if row[f] != base[f]]
         if row is not base:
             findings.append(_finding(row, base, ratios))
+    for (job, _report), row in zip(runs, rows, strict=True):
+        row["applied"] = _applied(row, job.get("applied"), rows)
+        findings.extend(_applied_finding(row["job_id"], item) for item in row["applied"])
     names = sorted({str(r["name"]) for r in rows if r["name"] is not None})
     if len(names) > 1:
         findings.append(f"the runs have different names ({', '.join(names)}): check that they train the same model")

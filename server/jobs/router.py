@@ -117,7 +117,8 @@ def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: Settin
                  ) -> CompareOut:
     jobs = job_service.get_visible_jobs(session, job_ids=parse_compare_ids(ids), principal=principal)
     runs = [({"job_id": j.job_id, "name": j.name, "team": j.team, "framework": j.framework,
-              "batch_size": j.batch_size, "state": j.state}, report_store.get_report(session, j, settings))
+              "batch_size": j.batch_size, "state": j.state, "applied": (j.extra or {}).get("applied")},
+             report_store.get_report(session, j, settings))
             for j in jobs]
     return compare_runs(runs)
 
