@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from fleetprof.report import AllocConfAdvice
 from server.analysis.planning.alloc_conf import recommend_alloc_conf
-from server.analysis.planning.optimization import optimization_section
+from server.analysis.planning.optimization import optimization_and_plans
 from server.analysis.planning.reserved_replay import read_memory_events
 from server.analysis.traces import alloc_trace
 from server.analysis.traces.kineto import summarize_trace
@@ -96,7 +96,7 @@ def _kineto_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
             trace = alloc_trace.from_kineto(upload.path)
             if len(trace.size_bytes):
                 device = summary.get("device") or {}
-                summary["optimization"] = optimization_section(
+                summary["optimization"], summary["plans"] = optimization_and_plans(
                     trace, observed_reserved_bytes=trace.observed_reserved_bytes,
                     gpu_name=device.get("name"), module_spans=read_module_spans(upload.path),
                     alloc_conf=alloc_conf_advice(upload.path, trace.device, device.get("memory_total_bytes")))
@@ -121,7 +121,7 @@ def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
         try:
             trace = alloc_trace.from_allocator_events(events)
             if len(trace.size_bytes):
-                summary["optimization"] = optimization_section(
+                summary["optimization"], summary["plans"] = optimization_and_plans(
                     trace, observed_reserved_bytes=trace.observed_reserved_bytes, snapshot=summary)
         except ValueError as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
