@@ -192,3 +192,10 @@ class SwapPlanOut(BaseModel):
     offload_end_s: list[float] = Field(description=PLAN_TIMES)
     prefetch_start_s: list[float] = Field(description=PLAN_TIMES + "; host-to-device copy")
     prefetch_end_s: list[float] = Field(description=PLAN_TIMES)
+    step_boundaries_s: list[float] | None = Field(None, description=PLAN_TIMES + "; the ProfilerStep spans' starts "
+                                                  "and the last one's end (null: the trace names no steps)")
+    period_s: float | None = Field(None, description="the detected iteration period the plan used, s (null: none)")
+    step: list[int | None] | None = Field(None, description="the step (index into step_boundaries_s) the allocation "
+                                                           "was made in; null: outside the steps or none known")
+    within_step: list[bool | None] | None = Field(None, description="both copies lie inside that step (the transfer "
+                                                                    "window checked against the measured step)")

@@ -56,11 +56,18 @@ def test_plans_of_an_uploaded_memory_trace(api, make_token):
     assert swap["new_peak_bytes"] <= swap["old_peak_bytes"]
     window = swap["window_s"]
     assert window > 0
+    # built on the trace's iteration structure: its 5 ProfilerStep spans (~0.34 s each)
+    bounds = swap["step_boundaries_s"]
+    assert len(bounds) == 6 and bounds == sorted(bounds) and bounds[1] > 0  # the first step began before the window
+    assert "step" in swap["candidate_rule"] and 0.3 < swap["step_time_s"] < 0.4
+    assert swap["count"] > 0 and all(s is not None for s in swap["step"]) and all(swap["within_step"])
     for k in range(swap["count"]):
         times = [swap[c][k] for c in ("alloc_s", "offload_start_s", "offload_end_s", "prefetch_start_s",
                                       "prefetch_end_s", "free_s")]
         assert all(0 <= t <= window + 1e-9 for t in times), times  # inside the trace
         assert times == sorted(times), times  # offload after the write, prefetch back before the free
+        step = swap["step"][k]
+        assert bounds[step] <= times[1] and times[-2] <= bounds[step + 1]  # both copies inside the step
         i = swap["allocation"][k]
         assert swap["size_bytes"][k] == plan["size_bytes"][i]  # the same allocation index as the offset plan
 

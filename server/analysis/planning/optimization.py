@@ -40,14 +40,26 @@ def optimization_section(
         alignment=alignment, module_spans=module_spans, alloc_conf=alloc_conf)[0]
 
 
-def plan_entries(trace: AllocationTrace, plan: OffsetPlan, swaps: SwapPlan) -> dict:
+def plan_entries(trace: AllocationTrace, plan: OffsetPlan, swaps: SwapPlan, *,
+                 step_boundaries: list[float] | np.ndarray | None = None, period_s: float | None = None) -> dict:
     """The plans a program can apply, column-wise and JSON-safe: every allocation's offset in the arena, and
     every swapped allocation's copy schedule. Times are seconds from the trace window's start; `allocation` is
-    the index of the allocation in the trace (its order of first appearance)."""
+    the index of the allocation in the trace (its order of first appearance). With `step_boundaries` (seconds on
+    the trace clock) each swap names its step and whether both copies fall inside it (`within_step`)."""
     unit = trace.time_unit_s
     t0 = trace.start_t * unit
     order = np.argsort(swaps.offload_start_s, kind="stable")
     idx = swaps.index[order]
+    bounds = None if step_boundaries is None else np.sort(np.asarray(step_boundaries, np.float64))
+    step: list[int | None] = [None] * idx.size
+    within: list[bool | None] = [None] * idx.size
+    if bounds is not None and bounds.size >= 2:
+        k = np.searchsorted(bounds, trace.alloc_t[idx] * unit, "right") - 1
+        inside = (k >= 0) & (k < bounds.size - 1)
+        kk = np.clip(k, 0, bounds.size - 2)
+        ok = (swaps.offload_start_s[order] >= bounds[kk]) & (swaps.prefetch_end_s[order] <= bounds[kk + 1])
+        step = [int(x) if i else None for x, i in zip(k.tolist(), inside.tolist(), strict=True)]
+        within = [bool(o) if i else None for o, i in zip(ok.tolist(), inside.tolist(), strict=True)]
     return {
         "offsets": {
             "algorithm": plan.algorithm,
@@ -78,6 +90,10 @@ def plan_entries(trace: AllocationTrace, plan: OffsetPlan, swaps: SwapPlan) -> d
             "offload_end_s": (swaps.offload_end_s[order] - t0).tolist(),
             "prefetch_start_s": (swaps.prefetch_start_s[order] - t0).tolist(),
             "prefetch_end_s": (swaps.prefetch_end_s[order] - t0).tolist(),
+            "step_boundaries_s": None if bounds is None else (bounds - t0).tolist(),
+            "period_s": period_s,
+            "step": step,
+            "within_step": within,
         },
         "times_relative_to": "trace window start",
         "source": trace.source,
@@ -136,7 +152,7 @@ def optimization_and_plans(
         step_boundaries_s=step_boundaries,
         period_s=period_s,
     )
-    entries = plan_entries(trace, plan, swaps)
+    entries = plan_entries(trace, plan, swaps, step_boundaries=step_boundaries, period_s=period_s)
     swap = swap_section(swaps, trace)
     for key in ("old_peak_bytes", "new_peak_bytes", "forced_new_peak_bytes"):
         swap[key] += untracked
