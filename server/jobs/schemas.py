@@ -165,6 +165,9 @@ class OffsetPlanOut(BaseModel):
     free_seq: list[int] = Field(description="event position of the free; past the last event: never freed")
     alloc_s: list[float] = Field(description=PLAN_TIMES)
     free_s: list[float] = Field(description=PLAN_TIMES)
+    module: list[str | None] | None = Field(None, description=(
+        "the top-level module whose forward made the allocation (a Kineto trace recorded with_stack=True); null "
+        "entries: before the window or outside any module call; null: the trace has no module events"))
 
 
 class SwapPlanOut(BaseModel):
@@ -192,6 +195,9 @@ class SwapPlanOut(BaseModel):
     offload_end_s: list[float] = Field(description=PLAN_TIMES)
     prefetch_start_s: list[float] = Field(description=PLAN_TIMES + "; host-to-device copy")
     prefetch_end_s: list[float] = Field(description=PLAN_TIMES)
+    module: list[str | None] | None = Field(None, description=(
+        "the top-level module whose forward made the allocation (a Kineto trace recorded with_stack=True); null "
+        "entries: before the window or outside any module call; null: the trace has no module events"))
     step_boundaries_s: list[float] | None = Field(None, description=PLAN_TIMES + "; the ProfilerStep spans' starts "
                                                   "and the last one's end (null: the trace names no steps)")
     period_s: float | None = Field(None, description="the detected iteration period the plan used, s (null: none)")

@@ -33,6 +33,7 @@ def test_plans_of_an_uploaded_memory_trace(api, make_token):
     assert n == summary["allocations"] > 0 and plan["algorithm"] == summary["algorithm"]
     assert plan["arena_bytes"] == summary["traced_planned_bytes"] and plan["source"].startswith("kineto:")
     assert plan["allocation"] == list(range(n))
+    assert plan["module"] is None  # recorded without stacks: which module made a block is unknown
     align = plan["alignment_bytes"]
     size = -(-np.array(plan["size_bytes"], np.int64) // align) * align
     off = np.array(plan["offset_bytes"], np.int64)
@@ -85,3 +86,20 @@ def test_no_plan_without_a_memory_trace_and_other_teams_see_nothing(api, make_to
     assert api.get("/api/v1/jobs/mem-2/plans/swap", headers=auth(other)).status_code == 404
     assert api.get("/api/v1/jobs/mem-2/plans/offsets", headers=auth(operator)).status_code == 200
     assert api.get("/api/v1/jobs/nope/plans/offsets", headers=auth(team)).json()["detail"] == "job 'nope' not found"
+
+
+def test_allocations_are_named_by_the_module_that_made_them(api, make_token):
+    """A trace recorded with_stack=True (Qwen1.5-0.5B on an H100): each allocation names its top-level module."""
+    team = make_token("team", team="vision")
+    path = KINETO / "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    assert _upload(api, team, "qwen", path.read_bytes(), filename=path.name).status_code == 200
+    plan = api.get("/api/v1/jobs/qwen/plans/offsets", headers=auth(team)).json()
+    modules = plan["module"]
+    assert len(modules) == plan["count"] > 0
+    named = [m for m in modules if m is not None]
+    assert len(named) > plan["count"] // 2
+    # the 24 decoder layers each allocate the same blocks in the forward
+    layers = {m for m in named if m.startswith("Qwen2DecoderLayer_")}
+    assert len(layers) == 24 and len({named.count(m) for m in layers}) == 1
+    swap = api.get("/api/v1/jobs/qwen/plans/swap", headers=auth(team)).json()
+    assert len(swap["module"]) == swap["count"]

@@ -40,12 +40,25 @@ def optimization_section(
         alignment=alignment, module_spans=module_spans, alloc_conf=alloc_conf)[0]
 
 
+def _modules(trace: AllocationTrace, module_spans: ModuleSpans | None) -> list[str | None] | None:
+    """Per allocation, the top-level module whose forward was running when it was made (null: allocated before the
+    window or outside any module call); None for all when the trace has no module events."""
+    if module_spans is None:
+        return None
+    us = (trace.alloc_t * trace.time_unit_s * 1e6).tolist()
+    return [module_spans.top_level_at(t) if seen else None for t, seen in zip(us, trace.alloc_seen.tolist(),
+                                                                                strict=True)]
+
+
 def plan_entries(trace: AllocationTrace, plan: OffsetPlan, swaps: SwapPlan, *,
-                 step_boundaries: list[float] | np.ndarray | None = None, period_s: float | None = None) -> dict:
+                 step_boundaries: list[float] | np.ndarray | None = None, period_s: float | None = None,
+                 module_spans: ModuleSpans | None = None) -> dict:
     """The plans a program can apply, column-wise and JSON-safe: every allocation's offset in the arena, and
     every swapped allocation's copy schedule. Times are seconds from the trace window's start; `allocation` is
     the index of the allocation in the trace (its order of first appearance). With `step_boundaries` (seconds on
-    the trace clock) each swap names its step and whether both copies fall inside it (`within_step`)."""
+    the trace clock) each swap names its step and whether both copies fall inside it (`within_step`); with
+    `module_spans` each allocation names the top-level module that made it (`module`)."""
+    modules = _modules(trace, module_spans)
     unit = trace.time_unit_s
     t0 = trace.start_t * unit
     order = np.argsort(swaps.offload_start_s, kind="stable")
@@ -73,6 +86,7 @@ def plan_entries(trace: AllocationTrace, plan: OffsetPlan, swaps: SwapPlan, *,
             "free_seq": trace.free_seq.astype(np.int64).tolist(),
             "alloc_s": (trace.alloc_t * unit - t0).tolist(),
             "free_s": (trace.free_t * unit - t0).tolist(),
+            "module": modules,
         },
         "swap": {
             "candidate_rule": swaps.candidate_rule,
@@ -90,6 +104,7 @@ def plan_entries(trace: AllocationTrace, plan: OffsetPlan, swaps: SwapPlan, *,
             "offload_end_s": (swaps.offload_end_s[order] - t0).tolist(),
             "prefetch_start_s": (swaps.prefetch_start_s[order] - t0).tolist(),
             "prefetch_end_s": (swaps.prefetch_end_s[order] - t0).tolist(),
+            "module": None if modules is None else [modules[i] for i in idx.tolist()],
             "step_boundaries_s": None if bounds is None else (bounds - t0).tolist(),
             "period_s": period_s,
             "step": step,
@@ -152,7 +167,8 @@ def optimization_and_plans(
         step_boundaries_s=step_boundaries,
         period_s=period_s,
     )
-    entries = plan_entries(trace, plan, swaps, step_boundaries=step_boundaries, period_s=period_s)
+    entries = plan_entries(trace, plan, swaps, step_boundaries=step_boundaries, period_s=period_s,
+                           module_spans=module_spans)
     swap = swap_section(swaps, trace)
     for key in ("old_peak_bytes", "new_peak_bytes", "forced_new_peak_bytes"):
         swap[key] += untracked
