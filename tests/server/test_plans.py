@@ -103,3 +103,21 @@ def test_allocations_are_named_by_the_module_that_made_them(api, make_token):
     assert len(layers) == 24 and len({named.count(m) for m in layers}) == 1
     swap = api.get("/api/v1/jobs/qwen/plans/swap", headers=auth(team)).json()
     assert len(swap["module"]) == swap["count"]
+
+
+def test_the_sdk_reads_the_plans(live_server, make_token):
+    """fleetprof.client.Client through a real server: the plans of a small memory trace, 404 without one."""
+    import pytest
+
+    from fleetprof.client import ApiError, Client
+    from tests.security.test_access_matrix import KINETO as SMALL_MEMORY_TRACE  # two 2 MiB blocks, overlapping
+
+    with Client(live_server, make_token("team", team="vision")) as api:
+        api.upload_trace("sdk-plans", gzip.compress(SMALL_MEMORY_TRACE), filename="small.json")
+        plan = api.offset_plan("sdk-plans")
+        assert plan["count"] == 2 and sorted(plan["offset_bytes"]) == [0, 2 << 20] and plan["arena_bytes"] == 4 << 20
+        assert api.swap_plan("sdk-plans")["count"] == 0  # 20 us idle: no copy of 2 MiB hides in it
+        api.upload_trace("sdk-none", gzip.compress(b'{"traceEvents": []}'), filename="empty.json")
+        with pytest.raises(ApiError) as err:
+            api.swap_plan("sdk-none")
+        assert err.value.status == 404 and "allocation trace" in err.value.detail
