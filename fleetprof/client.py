@@ -325,6 +325,18 @@ class Client:
         body: Json = self.get_json(job_path(job_id, "steps"), since=since, until=until, limit=limit, points=points)
         return body
 
+    def offset_plan(self, job_id: str) -> Json:
+        """The offset plan of the job's allocation trace, column-wise: every allocation's `offset_bytes` in one
+        arena of `arena_bytes` (ApiError 404 when no allocation trace was uploaded)."""
+        body: Json = self.get_json(job_path(job_id, "plans", "offsets"))
+        return body
+
+    def swap_plan(self, job_id: str) -> Json:
+        """The swap plan of the job's allocation trace, column-wise: each swapped allocation's offload and
+        prefetch times, s from the trace window's start (ApiError 404 when no allocation trace was uploaded)."""
+        body: Json = self.get_json(job_path(job_id, "plans", "swap"))
+        return body
+
     def upload_trace(self, job_id: str, gzipped: bytes, *, filename: str, rank: int | None = None,
                      progress: Callable[[int], None] | None = None) -> Json:
         """POST /api/v1/jobs/{job_id}/traces: a gzip-compressed Kineto trace or snapshot JSON, sent as it is.

@@ -24,7 +24,7 @@ from server.db import read_in_parallel
 from server.deps import DispatcherDep, EpochQuery, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
 from server.errors import Forbidden, InvalidInput, NotFound
 from server.job_paths import JOB
-from server.jobs import loader, plot_series, report_store
+from server.jobs import loader, plans, plot_series, report_store
 from server.jobs import service as job_service
 from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
@@ -33,9 +33,11 @@ from server.jobs.schemas import (
     JobAck,
     JobCreate,
     JobState,
+    OffsetPlanOut,
     RightsizingOut,
     SeriesOut,
     StepsOut,
+    SwapPlanOut,
     TimeseriesBatchOut,
     TimeseriesOut,
 )
@@ -267,6 +269,26 @@ def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, 
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return _rightsizing(session, job, settings, history)
+
+
+PLAN_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "no such job, or not visible to this token, or no allocation trace uploaded to it (the "
+                         "detail says which upload gives a plan)"}}
+
+
+@router.get(f"{JOB}/plans/offsets", response_model=OffsetPlanOut, responses=PLAN_NOT_FOUND,
+            summary="The offset plan: every traced allocation's offset in one arena (from an allocation trace)")
+def get_offset_plan(job_id: str, principal: JobReaderAuth, session: SessionDep) -> OffsetPlanOut:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    return plans.offset_plan(session, job)
+
+
+@router.get(f"{JOB}/plans/swap", response_model=SwapPlanOut, responses=PLAN_NOT_FOUND,
+            summary="The swap plan: allocations to offload to host and prefetch, with copy times (from an "
+                    "allocation trace)")
+def get_swap_plan(job_id: str, principal: JobReaderAuth, session: SessionDep) -> SwapPlanOut:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    return plans.swap_plan(session, job)
 
 
 # Last of the job routes: a GET that none of them took. Most often an id whose '/' was sent bare; say how to write it.

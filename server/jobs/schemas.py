@@ -138,3 +138,70 @@ class TimeseriesOut(BaseModel):
 class TimeseriesBatchOut(BaseModel):
     job_id: str
     metrics: dict[str, TimeseriesOut]
+
+
+PLAN_TIMES = "s from the trace window's start"
+
+
+class OffsetPlanOut(BaseModel):
+    """Every traced allocation's offset in one arena (column-wise, one row per allocation): allocations live at
+    the same time (`[alloc_seq, free_seq)` overlap) never share a byte of `[offset_bytes, offset_bytes +
+    size_bytes rounded up to alignment_bytes)`."""
+
+    job_id: str
+    source: str = Field(description="the upload the plan was built from (kind:filename), as the report's")
+    trace_source: str = Field(description="what the allocation trace was read from (kineto, allocator events)")
+    device: str | None
+    algorithm: str = Field(description="the packing heuristic that gave the smallest arena")
+    alignment_bytes: int
+    arena_bytes: int = Field(description="the arena's size (traced allocations only)")
+    lower_bound_bytes: int = Field(description="most aligned bytes live at once: no plan can use less")
+    times_relative_to: str
+    count: int = Field(description="rows in the columns")
+    allocation: list[int] = Field(description="the allocation's index in the trace (order of appearance)")
+    size_bytes: list[int]
+    offset_bytes: list[int]
+    alloc_seq: list[int] = Field(description="event position of the allocation; -1: before the window")
+    free_seq: list[int] = Field(description="event position of the free; past the last event: never freed")
+    alloc_s: list[float] = Field(description=PLAN_TIMES)
+    free_s: list[float] = Field(description=PLAN_TIMES)
+    module: list[str | None] | None = Field(None, description=(
+        "the top-level module whose forward made the allocation (a Kineto trace recorded with_stack=True); null "
+        "entries: before the window or outside any module call; null: the trace has no module events"))
+
+
+class SwapPlanOut(BaseModel):
+    """Allocations to offload to pinned host memory while idle and prefetch before their next use (column-wise, one
+    row per swapped allocation, in offload order); each copy hides between the allocation's two uses."""
+
+    job_id: str
+    source: str = Field(description="the upload the plan was built from (kind:filename), as the report's")
+    trace_source: str
+    device: str | None
+    candidate_rule: str = Field(description="which allocations could be swapped (the iteration structure used)")
+    step_time_s: float | None = Field(description="median step time the plan used; null: no steps known")
+    window_s: float = Field(description="the trace window's length, s")
+    pcie_bandwidth_bytes_per_s: float
+    pcie_bandwidth_source: str
+    old_peak_bytes: int = Field(description="traced allocations' peak without swaps")
+    new_peak_bytes: int = Field(description="traced allocations' peak with these swaps")
+    times_relative_to: str
+    count: int = Field(description="rows in the columns")
+    allocation: list[int] = Field(description="the allocation's index in the trace (as in the offset plan)")
+    size_bytes: list[int]
+    alloc_s: list[float] = Field(description=PLAN_TIMES)
+    free_s: list[float] = Field(description=PLAN_TIMES)
+    offload_start_s: list[float] = Field(description=PLAN_TIMES + "; device-to-host copy")
+    offload_end_s: list[float] = Field(description=PLAN_TIMES)
+    prefetch_start_s: list[float] = Field(description=PLAN_TIMES + "; host-to-device copy")
+    prefetch_end_s: list[float] = Field(description=PLAN_TIMES)
+    module: list[str | None] | None = Field(None, description=(
+        "the top-level module whose forward made the allocation (a Kineto trace recorded with_stack=True); null "
+        "entries: before the window or outside any module call; null: the trace has no module events"))
+    step_boundaries_s: list[float] | None = Field(None, description=PLAN_TIMES + "; the ProfilerStep spans' starts "
+                                                  "and the last one's end (null: the trace names no steps)")
+    period_s: float | None = Field(None, description="the detected iteration period the plan used, s (null: none)")
+    step: list[int | None] | None = Field(None, description="the step (index into step_boundaries_s) the allocation "
+                                                           "was made in; null: outside the steps or none known")
+    within_step: list[bool | None] | None = Field(None, description="both copies lie inside that step (the transfer "
+                                                                    "window checked against the measured step)")

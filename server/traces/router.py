@@ -57,7 +57,8 @@ async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth
                                                                 max_trace_bytes=settings.max_trace_bytes)
                     return TraceRead(job_id=job_id, kind=trace.kind, filename=trace.filename, rank=trace.rank,
                                      size_bytes=trace.size_bytes, sha256=trace.sha256, created=created,
-                                     summary=trace.summary)
+                                     # the plans' entries are read from GET .../plans/offsets and /plans/swap
+                                     summary={k: v for k, v in trace.summary.items() if k != "plans"})
             except BaseException:
                 if key is not None:  # the row was refused (flush or commit): no blob without its row
                     with session_scope(factory) as session:

@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 
 from fleetprof.report import AllocConfAdvice
 from server.analysis.planning.alloc_conf import recommend_alloc_conf
-from server.analysis.planning.optimization import optimization_section
+from server.analysis.planning.optimization import optimization_and_plans
 from server.analysis.planning.reserved_replay import read_memory_events
 from server.analysis.traces import alloc_trace
-from server.analysis.traces.kineto import summarize_trace
+from server.analysis.traces.kineto import StepTime, summarize_trace
 from server.analysis.traces.module_spans import read_module_spans
 from server.analysis.traces.reader import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
 from server.analysis.traces.snapshot import SnapshotFormatError, parse_snapshot_json
@@ -86,7 +86,8 @@ def _sniff(upload: StagedUpload, max_bytes: int) -> str:
 
 def _kineto_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
     try:
-        summary = summarize_trace(upload.path, max_bytes=max_bytes).to_dict()
+        parsed = summarize_trace(upload.path, max_bytes=max_bytes)
+        summary = parsed.to_dict()
     except TraceTooLargeError as exc:
         raise PayloadTooLarge(str(exc)) from None
     except (TraceFormatError, ValueError) as exc:
@@ -96,13 +97,24 @@ def _kineto_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
             trace = alloc_trace.from_kineto(upload.path)
             if len(trace.size_bytes):
                 device = summary.get("device") or {}
-                summary["optimization"] = optimization_section(
+                summary["optimization"], summary["plans"] = optimization_and_plans(
                     trace, observed_reserved_bytes=trace.observed_reserved_bytes,
-                    gpu_name=device.get("name"), module_spans=read_module_spans(upload.path),
+                    step_boundaries=step_boundaries_s(parsed.steps), gpu_name=device.get("name"),
+                    module_spans=read_module_spans(upload.path),
                     alloc_conf=alloc_conf_advice(upload.path, trace.device, device.get("memory_total_bytes")))
         except (ValueError, TraceFormatError) as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
     return summary
+
+
+def step_boundaries_s(steps: list[StepTime]) -> list[float] | None:
+    """The `ProfilerStep#N` spans' starts and the last one's end, in seconds on the allocation trace's clock (the
+    Kineto clock, microseconds): the iteration structure the swap plan is built on. None without steps."""
+    if not steps:
+        return None
+    ordered = sorted(steps, key=lambda s: s.start_us)
+    us = [s.start_us for s in ordered] + [ordered[-1].start_us + ordered[-1].duration_us]
+    return [t * alloc_trace.KINETO_TIME_UNIT_S for t in us]
 
 
 def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
@@ -121,7 +133,7 @@ def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
         try:
             trace = alloc_trace.from_allocator_events(events)
             if len(trace.size_bytes):
-                summary["optimization"] = optimization_section(
+                summary["optimization"], summary["plans"] = optimization_and_plans(
                     trace, observed_reserved_bytes=trace.observed_reserved_bytes, snapshot=summary)
         except ValueError as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")

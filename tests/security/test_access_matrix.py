@@ -62,6 +62,8 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/steps"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/plans/offsets"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/plans/swap"): Rule(JOB_READ, team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True, node_bound=True),
     ("POST", "/api/v1/estimate"): Rule(("scheduler", "team")),
     ("GET", "/api/v1/fleet/summary"): Rule(()),
@@ -75,9 +77,15 @@ ACCESS: dict[tuple[str, str], Rule] = {
 # Leaks this matrix knows of, each with an xfail test below that fails the day it is fixed (strict).
 KNOWN_GAPS: set[tuple[str, str, str]] = set()
 
-# A tiny but real Kineto trace (one kernel), identical bytes every time: re-uploads are idempotent no-ops.
+# A tiny but real Kineto trace (one kernel, two 2 MiB blocks allocated and freed: a memory plan), identical bytes
+# every time: re-uploads are idempotent no-ops.
 KINETO = (b'{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"ph": "X", "cat": "kernel", '
-          b'"name": "k", "pid": 0, "tid": 7, "ts": 1000, "dur": 50, "args": {"device": 0, "stream": 7}}]}')
+          b'"name": "k", "pid": 0, "tid": 7, "ts": 1000, "dur": 50, "args": {"device": 0, "stream": 7}}'
+          + b"".join(b', {"ph": "i", "name": "[memory]", "pid": 0, "tid": 7, "ts": %d, "args": {"Device Type": 1, '
+                     b'"Device Id": 0, "Addr": %d, "Bytes": %d, "Total Allocated": %d, "Total Reserved": 8388608}}'
+                     % ev for ev in ((1000, 1 << 30, 2 << 20, 2 << 20), (1010, (1 << 30) + (2 << 20), 2 << 20, 4 << 20),
+                                     (1020, 1 << 30, -(2 << 20), 2 << 20), (1040, (1 << 30) + (2 << 20), -(2 << 20), 0)))
+          + b"]}")
 
 
 @dataclass

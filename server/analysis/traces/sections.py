@@ -16,7 +16,8 @@ from server.analysis.traces.kineto import combine_ranks
 BREAKDOWN_KEYS = ("idle_pct", "compute_pct", "non_compute_pct", "span_us", "communication_us")
 
 
-def _largest_plan(traces: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def largest_plan(traces: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the upload whose plan the report shows, its `optimization`): the one with the largest lower bound."""
     planned = [t for t in traces if isinstance(t.get("optimization"), dict)]
     if not planned:
         return None
@@ -52,8 +53,8 @@ def trace_sections(report: JobReport, traces: list[dict[str, Any]]) -> JobReport
             sources["memory.fragmentation_bytes"] = "kineto [memory] events (peak reserved - peak allocated)"
         update["memory"] = type(report.memory).model_validate(memory)
     if snapshots:
-        section["snapshot"] = {k: v for k, v in snapshots[-1].items() if k not in ("optimization",)}
-    plan = _largest_plan(traces)
+        section["snapshot"] = {k: v for k, v in snapshots[-1].items() if k not in ("optimization", "plans")}
+    plan = largest_plan(traces)
     if plan is not None:
         trace, optimization = plan
         update["optimization"] = {**optimization, "source": f"{trace.get('kind')}:{trace.get('filename')}"}
