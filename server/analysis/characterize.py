@@ -25,7 +25,9 @@ from server.analysis.time import timing
 log = logging.getLogger(__name__)
 
 # Bump whenever a figure's definition changes: cached reports of older versions are recomputed.
-ANALYZER_VERSION = 3  # 3: other jobs' ids no longer in memory.processes (issue 15)
+# 4: framework section, GPU power limits, memory breakdown, fit and allocator advice (issues 17, 18);
+# 3: other jobs' ids no longer in memory.processes (issue 15)
+ANALYZER_VERSION = 4
 
 
 def job_duration_s(job: JobData, *, now: float) -> float | None:
