@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from typing import Any
 
 from agent.apply import ApplyPlan, plan_apply
+from agent.cli.console import agent_log_to_stderr, command_after_dashes
 from agent.config import AgentSettings, load_settings
 from agent.run import HookTraces, JobOutcome, JobRunner, default_job_id
 from agent.run_summary import fetch_summary, summary_text
@@ -70,19 +70,10 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from fleetprof.protocol import SampleBatch  # noqa: F401 - fail early on a broken install, not after the job
 
-    command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise CliError("nothing to run: fleetprof run [options] -- CMD ...")
+    command = command_after_dashes(args.cmd, "fleetprof run [options] -- CMD ...")
     if args.no_hooks and (args.trace_allocator or args.profile):
         raise CliError("--trace-allocator and --profile are recorded by the hooks: drop --no-hooks")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("fleetprof run: %(levelname)s: %(message)s"))
-    log = logging.getLogger("agent")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    agent_log_to_stderr("fleetprof run")
     if (args.batch_size_arg or args.batch_size_env) and not args.apply:
         raise CliError("--batch-size-arg and --batch-size-env go with --apply")
     settings = load_settings(team=args.team)

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+from agent.cli.console import agent_log_to_stderr
 from agent.config import AgentSettings, load_settings, node_name
 from agent.slurm import (
     SlurmJob,
@@ -106,12 +107,7 @@ def epilog(settings: AgentSettings, env: Mapping[str, str], *, timeout_s: float,
 
 
 def run(args: argparse.Namespace) -> int:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"fleetprof slurm {args.slurm_command}: %(levelname)s: %(message)s"))
-    agent_log = logging.getLogger("agent")  # this command's messages and the device layer's
-    agent_log.addHandler(handler)
-    agent_log.setLevel(logging.INFO)
-    agent_log.propagate = False
+    agent_log_to_stderr(f"fleetprof slurm {args.slurm_command}")
     try:
         settings = load_settings(server_url=args.server, token=args.token)
         if args.slurm_command == "prolog":

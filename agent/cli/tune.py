@@ -10,12 +10,12 @@ CAP_SYS_ADMIN); `--source fake:N` sweeps the NVML test double instead of real GP
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
 from typing import Any
 
+from agent.cli.console import agent_log_to_stderr, command_after_dashes
 from agent.config import load_settings
 from agent.devices.base import DeviceError, DevicePermissionError, Devices, FieldNotSupportedError
 from agent.run import JobRunner, default_job_id
@@ -62,17 +62,8 @@ def _open(source: str) -> Devices:
 
 
 def run(args: argparse.Namespace) -> int:
-    command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise CliError("nothing to run: fleetprof tune power [options] -- CMD ...")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("fleetprof tune: %(levelname)s: %(message)s"))
-    log = logging.getLogger("agent")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    command = command_after_dashes(args.cmd, "fleetprof tune power [options] -- CMD ...")
+    agent_log_to_stderr("fleetprof tune")
     settings = load_settings(team=args.team, source=args.source)
     name = args.name or os.path.basename(command[0])
     devices = _open(settings.source)

@@ -281,18 +281,16 @@ class NvmlDevices(Devices):
         if (slot, field) in self._skip:
             return None
         try:
-            return fn(*args)
-        except self._nvml.NVMLError as exc:
-            err = map_nvml_error(self._nvml, exc, slot)
-            if isinstance(err, GpuLostError):
-                self._lost[slot] = True
-                raise err from None
-            if isinstance(err, (FieldNotSupportedError, DevicePermissionError)):
-                self._note_unsupported(slot, field, str(err))
-            elif (slot, field) not in self._warned:  # transient (timeout...): null this time
+            return self._call(slot, fn, *args)
+        except (FieldNotSupportedError, DevicePermissionError) as err:
+            self._note_unsupported(slot, field, str(err))
+        except GpuLostError:
+            raise
+        except DeviceError as err:  # transient (timeout...): null this time
+            if (slot, field) not in self._warned:
                 self._warned.add((slot, field))
                 log.warning("GPU %s: reading %s failed: %s", self._ids[slot].uuid, field, err)
-            return None
+        return None
 
     def _memory_info(self, slot: int) -> Any:
         nvml = self._nvml

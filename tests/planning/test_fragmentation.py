@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from server.analysis.planning.fragmentation import fragmentation_findings, online_best_fit_bytes, summarize_snapshot
-from server.analysis.planning.optimization import optimization_section
+from server.analysis.planning.optimization import optimization_and_plans
 from server.analysis.planning.packing import plan_offsets
 from server.analysis.traces.alloc_trace import from_triples
 
@@ -39,7 +39,7 @@ def test_snapshot_summary_counts_inactive_splits() -> None:
 
 def test_real_trace_findings_and_section(real_traces) -> None:
     tr = real_traces["v100_ddp"]
-    section = optimization_section(tr, pcie_bandwidth_bytes_per_s=12e9)
+    section, _plans = optimization_and_plans(tr, pcie_bandwidth_bytes_per_s=12e9)
     json.dumps(section, allow_nan=False)  # JSON-safe
     op = section["offset_plan"]
     assert op["allocations"] == len(tr)

@@ -19,27 +19,6 @@ from server.analysis.traces.memory_breakdown import measured_breakdown
 from server.analysis.traces.module_spans import ModuleSpans
 
 
-def optimization_section(
-    trace: AllocationTrace,
-    *,
-    observed_reserved_bytes: int | None = None,
-    pcie_bandwidth_bytes_per_s: float | None = None,
-    step_boundaries: list[float] | np.ndarray | None = None,
-    period_s: float | None = None,
-    gpu_name: str | None = None,
-    snapshot: dict | None = None,
-    alignment: int = DEFAULT_ALIGNMENT_BYTES,
-    module_spans: ModuleSpans | None = None,
-    alloc_conf: AllocConfAdvice | None = None,
-) -> dict:
-    """The report's JSON-safe `optimization` section: offset plan, swap plan, fragmentation findings.
-    (`optimization_and_plans` also returns the plans' per-allocation entries.)"""
-    return optimization_and_plans(
-        trace, observed_reserved_bytes=observed_reserved_bytes, pcie_bandwidth_bytes_per_s=pcie_bandwidth_bytes_per_s,
-        step_boundaries=step_boundaries, period_s=period_s, gpu_name=gpu_name, snapshot=snapshot,
-        alignment=alignment, module_spans=module_spans, alloc_conf=alloc_conf)[0]
-
-
 def _modules(trace: AllocationTrace, module_spans: ModuleSpans | None) -> list[str | None] | None:
     """Per allocation, the top-level module whose forward was running when it was made (null: allocated before the
     window or outside any module call); None for all when the trace has no module events."""
