@@ -37,12 +37,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.report import write_report  # noqa: E402
-from bench.zoo_rows import ZooRow, zoo_rows  # noqa: E402
+from bench.zoo_rows import ROW_SETS, ZooRow  # noqa: E402
 from server.estimate.calibration import _table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CALIBRATION = ROOT / "server" / "estimate" / "calibration.json"
 TIMED_STEPS = 5
+TIMED_MIN_S = 2.0
 MiB = 2**20
 
 
@@ -95,6 +96,14 @@ def _mib(x: float | None) -> str:
     return "n/a" if x is None else f"{x / MiB:.1f}"
 
 
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{1e3 * seconds:.1f}"
+
+
+def _j(joules: float | None) -> str:
+    return "n/a" if joules is None else f"{joules:.2f}"
+
+
 def render_markdown(header: dict[str, Any], calibration: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [f"# Estimator vs {header['device']} ({header['gpu']})", "",
              f"Measured {header['date']} by bench/validate_gpu.py: driver {header['driver']}, torch "
@@ -111,15 +120,14 @@ def render_markdown(header: dict[str, Any], calibration: dict[str, Any], rows: l
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         m, e = r["measured"], r["estimate"]
-        band = f"{1e3 * e['time_low_s']:.1f}-{1e3 * e['time_high_s']:.1f}"
-        energy = "n/a" if m["energy_j"] is None else f"{m['energy_j']:.2f}"
+        band = f"{_ms(e['time_low_s'])}-{_ms(e['time_high_s'])}"
         lines.append(
             f"| {r['model']} | {r['batch']} | {_mib(m['allocated_bytes'])} | {_mib(e['allocated_bytes'])} | "
             f"{_pct(r['errors']['allocated_fraction'])} | {_mib(m['reserved_bytes'])} | {_mib(e['reserved_bytes'])} | "
             f"{_pct(r['errors']['reserved_fraction'])} | {_mib(m['nvml_used_bytes'])} | {_mib(e['device_total_bytes'])}"
-            f" | {_pct(r['errors']['nvml_used_fraction'])} | {1e3 * m['step_s']:.1f} | {1e3 * e['time_s']:.1f} "
+            f" | {_pct(r['errors']['nvml_used_fraction'])} | {_ms(m['step_s'])} | {_ms(e['time_s'])} "
             f"({band}) | {_pct(r['errors']['step_time_fraction'])} | "
-            f"{energy} | {e['energy_j']:.2f} | "
+            f"{_j(m['energy_j'])} | {_j(e['energy_j'])} | "
             f"{_pct(r['errors']['energy_fraction'])} |")
     return "\n".join(lines) + "\n"
 
@@ -184,17 +192,23 @@ def measure_row(row: ZooRow, batch: int, nvml: Any, slot: int, before_used: int 
     torch.cuda.synchronize()
     allocated, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     used = _used(nvml, slot)
+    # At least TIMED_STEPS and at least TIMED_MIN_S: a small model's step takes milliseconds, and NVML's energy
+    # counter moves in coarse updates, so a few steps alone would measure the counter's update period.
     e0, t0 = _energy_mj(nvml, slot), time.perf_counter()
-    for _ in range(TIMED_STEPS):
+    steps = 0
+    while steps < TIMED_STEPS or time.perf_counter() - t0 < TIMED_MIN_S:
         train_steps(model, data, optimizer, real, steps=1)  # type: ignore[arg-type]
+        steps += 1
+        if steps % 10 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
-    step_s = (time.perf_counter() - t0) / TIMED_STEPS
+    step_s = (time.perf_counter() - t0) / steps
     e1 = _energy_mj(nvml, slot)
     del model, data, optimizer
     return {"allocated_bytes": allocated, "reserved_bytes": reserved,
             "nvml_used_bytes": None if used is None or before_used is None else used - before_used,
-            "step_s": step_s,
-            "energy_j": None if e0 is None or e1 is None else (e1 - e0) / 1e3 / TIMED_STEPS}
+            "step_s": step_s, "timed_steps_count": steps,
+            "energy_j": None if e0 is None or e1 is None else (e1 - e0) / 1e3 / steps}
 
 
 def estimate_row(row: ZooRow, batch: int, gpu: str) -> dict[str, Any]:
@@ -214,6 +228,8 @@ def estimate_row(row: ZooRow, batch: int, gpu: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="the first batch size of each row only")
+    parser.add_argument("--rows", choices=sorted(ROW_SETS), default="zoo",
+                        help="zoo (the accuracy rows) or heldout (models no estimator constant was taken from)")
     parser.add_argument("--no-calibration", action="store_true", help="do not write server/estimate/calibration.json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -240,7 +256,7 @@ def main() -> int:
         update_calibration(CALIBRATION, model.name, context_bytes=context, cublas_workspace_bytes=workspace,
                            device=device, driver=driver, torch_version=torch.__version__, date=date)
     rows = []
-    for row in zoo_rows():
+    for row in ROW_SETS[args.rows]():
         for batch in row.batches[:1] if args.quick else row.batches:
             measured = measure_row(row, batch, nvml, slot, before_used)
             est = estimate_row(row, batch, model.name)
@@ -258,7 +274,7 @@ def main() -> int:
     header = {"device": device, "gpu": model.name, "driver": driver, "torch": torch.__version__,
               "cuda": torch.version.cuda, "date": date, "host": platform.machine()}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"gpu_{_device_slug(device)}.md"
+    out = RESULTS / f"gpu_{_device_slug(device)}{'' if args.rows == 'zoo' else '_' + args.rows}.md"
     out.write_text(render_markdown(header, calibration, rows))
     print(f"wrote {out.relative_to(ROOT)}")
     write_report(__file__, {"device": device, "gpu": model.name, "driver": driver,

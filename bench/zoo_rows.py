@@ -43,6 +43,37 @@ def zoo_rows() -> list[ZooRow]:
     ]
 
 
+def _inputs(factory: str, *inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"model": {"factory": factory}, "inputs": list(inputs)}
+
+
+def _tokens(n: int, vocab: int = 1000) -> dict[str, Any]:
+    return {"shape": [n], "dtype": "int64", "high": vocab}
+
+
+def heldout_rows() -> list[ZooRow]:
+    """Models no estimator constant was taken from: the GPU validation's second set, to check a constant fitted on
+    `zoo_rows()` (e.g. the host's cost per op) on models it never saw."""
+    return [
+        ZooRow("mobilenet_v3 @64px", _factory("server.estimate.zoo:mobilenet_v3", 64), (1, 16)),
+        ZooRow("efficientnet_b0 @64px", _factory("server.estimate.zoo:efficientnet_b0", 64), (1, 16)),
+        ZooRow("convnext_tiny @64px", _factory("server.estimate.zoo:convnext_tiny", 64), (1, 16)),
+        ZooRow("densenet121 @64px", _factory("server.estimate.zoo:densenet121", 64), (1, 16)),
+        ZooRow("mlp_mixer @32px", _factory("server.estimate.zoo:mlp_mixer", 32), (1, 16)),
+        ZooRow("transformer_encoder 32 tok", _inputs("server.estimate.zoo:transformer_encoder", _tokens(32)), (1, 16)),
+        ZooRow("lstm 32x32", _inputs("server.estimate.zoo:lstm", {"shape": [32, 32]}), (1, 16)),
+        ZooRow("dlrm", _inputs("server.estimate.zoo:dlrm", {"shape": [13]},
+                               {"shape": [4, 8], "dtype": "int64", "high": 5000}), (1, 16)),
+        ZooRow("llama (4 layers, 512 wide) seq 256",
+               _hf({"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
+                    "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 8000}, 256), (1, 8)),
+        ZooRow("distilbert seq 128", _hf({"model_type": "distilbert"}, 128), (1, 8)),
+    ]
+
+
+ROW_SETS = {"zoo": zoo_rows, "heldout": heldout_rows}
+
+
 LLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
 MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

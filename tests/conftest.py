@@ -201,7 +201,10 @@ def server_process(env: dict[str, str], log_path: Path, *args: str,
         if on_start is not None:
             on_start(lambda: _server_dump(proc, log_path))
         try:
-            wait_http(url + "/healthz")
+            try:
+                wait_http(url + "/healthz")
+            except TimeoutError as exc:  # say why: the server's own log (an import error, a port, a proxy)
+                raise TimeoutError(f"{exc}; server log:\n{_server_dump(proc, log_path)}") from None
             yield url
         finally:
             proc.terminate()

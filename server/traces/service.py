@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from fleetprof.report import AllocConfAdvice
 from server.analysis.planning.alloc_conf import recommend_alloc_conf
 from server.analysis.planning.optimization import optimization_and_plans
-from server.analysis.planning.reserved_replay import read_memory_events
+from server.analysis.planning.reserved_replay import memory_events_from_allocator, read_memory_events
 from server.analysis.traces import alloc_trace
 from server.analysis.traces.kineto import StepTime, summarize_trace
 from server.analysis.traces.module_spans import read_module_spans
@@ -134,7 +134,8 @@ def _snapshot_summary(upload: StagedUpload, max_bytes: int) -> dict[str, Any]:
             trace = alloc_trace.from_allocator_events(events)
             if len(trace.size_bytes):
                 summary["optimization"], summary["plans"] = optimization_and_plans(
-                    trace, observed_reserved_bytes=trace.observed_reserved_bytes, snapshot=summary)
+                    trace, observed_reserved_bytes=trace.observed_reserved_bytes, snapshot=summary,
+                    alloc_conf=snapshot_alloc_conf_advice(summary, events, snap.busiest_device()))
         except ValueError as exc:
             summary.setdefault("notes", []).append(f"no offset plan: {exc}")
     return summary
@@ -148,6 +149,20 @@ def alloc_conf_advice(path: Path, device: str | None, capacity_bytes: int | None
     if not chosen:
         return None
     return recommend_alloc_conf(chosen[0].events, capacity_bytes, device=chosen[0].device, trace_name=path.name)
+
+
+def snapshot_alloc_conf_advice(summary: dict[str, Any], events: list[dict[str, Any]],
+                               device: int | None) -> AllocConfAdvice | None:
+    """Allocator settings compared by simulation on a snapshot's own allocator history (what `fleetprof run
+    --trace-allocator` records), its running totals anchored at the snapshot's allocated and reserved bytes."""
+    stats = next((d for d in summary.get("devices") or [] if d.get("device") == device), {})
+    name = f"cuda:{device if device is not None else 0}"
+    history = [{**e, "addr": e["addr"] if e["addr"] >= 0 else None} for e in events]
+    dev = memory_events_from_allocator(history, allocated_after_bytes=stats.get("allocated_bytes"),
+                                       reserved_after_bytes=stats.get("reserved_bytes"), device=name)
+    if not dev.events:
+        return None
+    return recommend_alloc_conf(dev.events, None, device=name, trace_name=summary.get("filename"))
 
 
 def blob_key(job: Job, upload: StagedUpload) -> str:

@@ -39,3 +39,46 @@ def cuda_torch():
     if not torch.cuda.is_available():
         pytest.fail("marked gpu, but torch sees no CUDA device (is the CPU build installed?)")
     return torch
+
+
+def _postgres_reachable() -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", 5432)) == 0
+
+
+@pytest.fixture
+def server_settings(request, tmp_path):
+    """The suite's Postgres where this GPU machine runs one; otherwise the product's embedded mode (SQLite under
+    tmp_path, tasks in-process, what `fleetprof up` runs on), migrated with the same Alembic migrations. A rented
+    GPU box seldom has Postgres, and these checks are about the GPU, not the database."""
+    if _postgres_reachable():
+        return request.getfixturevalue("_postgres_server_settings")
+    from server.config import ServerSettings
+    from server.migrate import upgrade
+
+    settings = ServerSettings(database_url=None, broker_url=None, data_dir=tmp_path / "fleetprof")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings)
+    return settings
+
+
+@pytest.fixture
+def _postgres_server_settings(pg_url, clean_db, tmp_path):
+    from server.config import ServerSettings
+
+    return ServerSettings(database_url=pg_url, broker_url=None, data_dir=tmp_path / "fleetprof")
+
+
+@pytest.fixture
+def cli_env(server_settings):
+    """`fleetprof` subprocesses on the same store as server_settings (embedded: no FLEETPROF_DATABASE_URL)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+    env.update(FLEETPROF_DATA_DIR=str(server_settings.data_dir), PYTHONUNBUFFERED="1")
+    if server_settings.database_url:
+        env["FLEETPROF_DATABASE_URL"] = server_settings.database_url
+    return env

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.conftest import FLEETPROF, client_env, stop_process
+from tests.gpu.test_apply_on_gpu import _evidence
 
 SCRIPT = Path(__file__).resolve().parents[1] / "hooks" / "scripts" / "train_cnn.py"
 
@@ -35,6 +36,7 @@ def test_cuda_job_report_from_nvml_and_hooks(live_server, cli_env, make_token, t
     headers = {"Authorization": f"Bearer {team}"}
     report = httpx.get(f"{live_server}/api/v1/jobs/gpu-cnn/report", params={"refresh": "true"}, headers=headers,
                        timeout=120).json()
+    _evidence("cnn_report.json", report)
     mem, energy = report["memory"], report["energy"]
     print("gpu report:", {k: mem[k] for k in ("peak_used_bytes", "peak_allocated_bytes", "peak_reserved_bytes")},
           {k: energy[k] for k in ("energy_j", "source", "mean_power_w")}, report["time"]["steps"],

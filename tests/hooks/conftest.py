@@ -85,9 +85,13 @@ class Run:
 
 def run_script(script: str, *args: str, server_url: str | None, level: str = "default",
                hooks: bool = True, extra_env: dict[str, str] | None = None, cwd: Path | None = None,
-               pythonpath: str = "", timeout_s: float = 120) -> Run:
-    """Run tests/hooks/scripts/<script> in a fresh interpreter, as `fleetprof run` would."""
+               pythonpath: str | None = None, timeout_s: float = 120) -> Run:
+    """Run tests/hooks/scripts/<script> in a fresh interpreter, as `fleetprof run` would. `pythonpath` is the
+    child's PYTHONPATH before the hooks' own entry; by default this process's (where fleetprof itself may be
+    found through it, as on a GPU machine that runs the suite from a checkout)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_") and k != "PYTHONPATH"}
+    if pythonpath is None:
+        pythonpath = os.environ.get("PYTHONPATH", "")
     if hooks:
         env.update(child_env(job_id="job-hooks-test", server_url=server_url, token="tok-test", level=level,
                              pythonpath=pythonpath))

@@ -231,3 +231,49 @@ def replay_trace(source: str | Path) -> list[ReservedReplay]:
     """One result per CUDA device whose `[memory]` events carry `Total Reserved`; [] when none do."""
     return [replay_device(dev) for dev in read_memory_events(source) if dev.events]
 
+
+
+_ALLOCATOR_FREES = ("free_completed", "free_requested")
+
+
+def memory_events_from_allocator(events: Iterable[dict], *, allocated_after_bytes: int | None,
+                                 reserved_after_bytes: int | None, device: str = "cuda:0") -> DeviceMemoryEvents:
+    """The CUDA caching allocator's own history (`torch.cuda.memory._record_memory_history`, as a
+    `fleetprof.snapshot.v1` document's events: action, addr, size, time_us) as the `[memory]` event sequence a
+    Kineto trace would carry, so that the same replay and setting comparison run on it.
+
+    A block counts as freed when the allocator could reuse it: at `free_completed` where the history has those
+    (a free waits for the streams that used the block), else at `free_requested`. The running totals end at the
+    snapshot's own allocated and reserved bytes (`*_after_bytes`, taken when the history was read), which fixes
+    what was live and reserved before the window; unknown, the window's unmatched frees are all that was live."""
+    events = [e for e in events if e.get("addr") is not None and e["addr"] >= 0]
+    free_action = next((a for a in _ALLOCATOR_FREES if any(e["action"] == a for e in events)), None)
+    blocks = [e for e in events if e["action"] == "alloc" or e["action"] == free_action]
+    net = sum(e["size"] if e["action"] == "alloc" else -e["size"] for e in blocks)
+    seg_net = sum(e["size"] if e["action"] == "segment_alloc" else -e["size"]
+                  for e in events if e["action"] in ("segment_alloc", "segment_free"))
+    allocated = (allocated_after_bytes - net) if allocated_after_bytes is not None else 0
+    reserved = (reserved_after_bytes - seg_net) if reserved_after_bytes is not None else 0
+    if allocated_after_bytes is None:  # at least the blocks the window frees without having allocated them
+        seen: set[int] = set()
+        for e in blocks:
+            if e["action"] == "alloc":
+                seen.add(e["addr"])
+            elif e["addr"] not in seen:
+                allocated += e["size"]
+            else:
+                seen.discard(e["addr"])
+    out: list[MemoryEvent] = []
+    for e in events:
+        if e["action"] in ("segment_alloc", "segment_free"):
+            reserved += e["size"] if e["action"] == "segment_alloc" else -e["size"]
+            continue
+        if e["action"] not in ("alloc", free_action):
+            continue
+        nbytes = e["size"] if e["action"] == "alloc" else -e["size"]
+        allocated += nbytes
+        out.append(MemoryEvent(float(e.get("time_us") or 0.0), int(e["addr"]), int(nbytes), allocated,
+                               max(reserved, allocated)))
+    bad = sum(1 for a, b in zip(out, out[1:], strict=False) if a.total_allocated_bytes + b.nbytes
+              != b.total_allocated_bytes)
+    return DeviceMemoryEvents(device, out, bad)

@@ -64,14 +64,18 @@ class SnapshotSummary:
     event_counts: dict[str, int]
     events: list[dict[str, Any]]  # allocator trace: device, action, addr, size_bytes, stream, time_us
 
+    def busiest_device(self) -> int | None:
+        """The device with the most allocator events (None without events)."""
+        per = Counter(e["device"] for e in self.events)
+        return per.most_common(1)[0][0] if per else None
+
     def allocator_events(self, device: int | None = None) -> list[dict[str, Any]]:
         """The trace in the input format of `alloc_trace.from_allocator_events` (action, addr, size,
         stream, time_us), in allocator order; `device=None` takes the device with the most events."""
         if device is None:
-            per = Counter(e["device"] for e in self.events)
-            if not per:
+            device = self.busiest_device()
+            if device is None:
                 return []
-            device = per.most_common(1)[0][0]
         return [
             {"action": e["action"], "addr": e["addr"] if e["addr"] is not None else -1, "size": e["size_bytes"],
              "stream": e["stream"] if e["stream"] is not None else -1, "time_us": e["time_us"]}
