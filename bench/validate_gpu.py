@@ -110,10 +110,13 @@ def render_markdown(header: dict[str, Any], calibration: dict[str, Any], rows: l
              f"{header['torch']}, CUDA {header['cuda']}. fp32 AdamW, the canned step (server/estimate/step.py). "
              "MiB = 2^20 bytes; error = (estimate - measured) / measured (negative: the estimate is low).", "",
              "## Calibration (measured)", "",
-             f"- CUDA context (NVML used - reserved, after CUDA init, one GEMM, one convolution): "
+             f"- CUDA context (NVML used - reserved, after CUDA init, one GEMM, one convolution, two steps of a tiny training net): "
              f"{_mib(calibration['context_bytes'])} MiB",
              f"- cuBLAS workspace (allocated once the GEMM's tensors are freed): "
-             f"{_mib(calibration['cublas_workspace_bytes'])} MiB", "",
+             f"{_mib(calibration['cublas_workspace_bytes'])} MiB",
+             f"- allocated after a tiny training step's tensors are freed (the workspaces of both cuBLAS handles: "
+             f"this thread's and the autograd engine's): {_mib(calibration.get('allocated_after_training_step_bytes'))}"
+             f" MiB", "",
              "## Rows", "",
              "| model | batch | allocated MiB | est. | err | reserved MiB | est. | err | NVML used MiB | est. | err "
              "| step ms | est. (band) | err | energy J/step | est. | err |",
@@ -159,7 +162,26 @@ def _energy_mj(nvml: Any, slot: int) -> int | None:
     return nvml.read(slot).energy_mj
 
 
-def measure_calibration(nvml: Any, slot: int, before_used: int | None) -> tuple[int | None, int]:
+def _tiny_training_steps() -> int:
+    """Two AdamW steps of a tiny conv + MLP net (no zoo model): they load the kernel modules every training step
+    uses (backward, optimizer, loss), which CUDA's lazy loading adds to the context. Returns the bytes still
+    allocated once its tensors are gone: the cuBLAS workspaces (one per handle: this thread and autograd's)."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 14 * 14, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
+                              torch.nn.Dropout(0.1), torch.nn.Linear(64, 10)).cuda()
+    opt = torch.optim.AdamW(net.parameters())
+    x, y = torch.randn(4, 3, 16, 16, device="cuda"), torch.randint(0, 10, (4,), device="cuda")
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x).softmax(-1).log(), y).backward()
+        opt.step()
+    torch.cuda.synchronize()
+    del net, opt, x, y
+    return torch.cuda.memory_allocated()
+
+
+def measure_calibration(nvml: Any, slot: int, before_used: int | None) -> tuple[int | None, int, int]:
+    """(CUDA context bytes, cuBLAS workspace bytes per handle, allocated after a training step's backward)."""
     a = torch.randn(1024, 1024, device="cuda")
     b = a @ a
     conv = torch.nn.Conv2d(8, 8, 3).cuda()
@@ -168,10 +190,11 @@ def measure_calibration(nvml: Any, slot: int, before_used: int | None) -> tuple[
     del a, b, c, conv
     torch.cuda.synchronize()
     workspace = torch.cuda.memory_allocated()
+    after_training = _tiny_training_steps()
     torch.cuda.empty_cache()
     used = _used(nvml, slot)
     context = None if used is None or before_used is None else used - before_used - torch.cuda.memory_reserved()
-    return context, workspace
+    return context, workspace, after_training
 
 
 def measure_row(row: ZooRow, batch: int, nvml: Any, slot: int, before_used: int | None) -> dict[str, Any]:
@@ -250,8 +273,9 @@ def main() -> int:
         return 2
     driver = nvml.node_facts().driver_version if nvml is not None else None
     date = datetime.now(UTC).isoformat(timespec="seconds")
-    context, workspace = measure_calibration(nvml, slot, before_used)
-    calibration = {"context_bytes": context, "cublas_workspace_bytes": workspace}
+    context, workspace, after_training = measure_calibration(nvml, slot, before_used)
+    calibration = {"context_bytes": context, "cublas_workspace_bytes": workspace,
+                   "allocated_after_training_step_bytes": after_training}
     if not args.no_calibration and context is not None:
         update_calibration(CALIBRATION, model.name, context_bytes=context, cublas_workspace_bytes=workspace,
                            device=device, driver=driver, torch_version=torch.__version__, date=date)
@@ -279,6 +303,7 @@ def main() -> int:
     print(f"wrote {out.relative_to(ROOT)}")
     write_report(__file__, {"device": device, "gpu": model.name, "driver": driver,
                             "context_bytes": context, "cublas_workspace_bytes": workspace,
+                            "allocated_after_training_step_bytes": after_training,
                             "rows": {f"{r['model']} batch {r['batch']}": {
                                 **{f"measured_{k}": v for k, v in r["measured"].items()},
                                 **{f"estimate_{k}": v for k, v in r["estimate"].items()},

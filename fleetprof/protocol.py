@@ -261,6 +261,8 @@ class FrameworkInfoEvent(_EventBase):
     # memory on a CPU-only run ("host_memory"), whose process RSS is the memory signal there.
     device_memory_total_bytes: NonNegInt | None = None
     device_memory_source: Literal["cuda_device", "host_memory"] | None = None
+    # The PYTORCH_CUDA_ALLOC_CONF the process runs with on CUDA ("" = PyTorch's defaults); null on a CPU-only run.
+    cuda_alloc_conf: Annotated[str, Field(max_length=500)] | None = None
 
 
 Event = Annotated[

@@ -290,6 +290,9 @@ class FrameworkSection(Section):
         description="what the memory figures are measured against: the CUDA device's memory, or on a CPU-only run "
                     "the host's physical memory (the memory signal there is the process RSS)")
     device_memory_source: str | None = Field(description="cuda_device or host_memory")
+    cuda_alloc_conf: str | None = Field(
+        None, description="the PYTORCH_CUDA_ALLOC_CONF the job ran with ('' = PyTorch's defaults; null: unknown or "
+                          "a CPU-only run)")
 
 
 # ------------------------------------------------------------------------------------------ recommendations

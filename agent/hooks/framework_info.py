@@ -119,6 +119,8 @@ class FrameworkInfo:
             "precision": precision, "precision_source": precision_source,
         }
         fields.update(self._device(cuda))
+        if cuda:  # the allocator settings in force: a recommendation already applied is not made again
+            fields["cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")[:500]
         return fields
 
     def _device(self, cuda: bool) -> dict[str, Any]:

@@ -133,7 +133,7 @@ def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:
         parameter_count=info.get("parameter_count"), optimizers=info.get("optimizers"),
         precision=info.get("precision"), precision_source=info.get("precision_source"), device=info.get("device"),
         device_memory_total_bytes=info.get("device_memory_total_bytes"),
-        device_memory_source=info.get("device_memory_source"))
+        device_memory_source=info.get("device_memory_source"), cuda_alloc_conf=info.get("cuda_alloc_conf"))
 
 
 def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:

@@ -29,8 +29,18 @@ from server.analysis.base.gpu_catalog import GpuModel
 class Efficiency:
     compute_fraction: float = 0.6  # large GEMMs/convs reach 70-80% of peak, small ones 30-50%
     memory_fraction: float = 0.7  # elementwise kernels reach 70-90% of DRAM bandwidth
-    launch_floor_s: float = 5e-6  # one eager kernel: launch + dispatch, when the GPU waits on the host
+    launch_floor_s: float = 5e-6  # the shortest a kernel takes on the GPU (launch latency included)
     high_factor: float = 2.0  # upper end of the band, x central
+    # The host's cost per traced op in eager mode (Python, nn.Module calls, autograd, dispatcher, launch): the GPU
+    # cannot finish a step before the host has issued it. Measured on an H100 host (bench/dispatch_probe.py, the
+    # zoo rows of bench/zoo_rows.py: host time per step / traced ops = 46-68 us, median 59 us, torch 2.11,
+    # Python 3.12); checked on the held-out rows (bench/results/gpu_nvidia_h100_80gb_hbm3_heldout.md). Faster
+    # hosts issue ops in 10-20 us: the band's low end.
+    host_per_op_s: float = 59e-6
+    host_per_op_low_s: float = 12e-6
+    # Power drawn with clocks up but the SMs mostly waiting on the host, as a fraction of TDP: an H100 ran a
+    # host-bound CNN job at 110 W mean (tests/gpu/test_run_on_gpu.py, 2026-11-25), against 75 W idle at low clocks.
+    waiting_power_fraction: float = 0.16
 
 
 EFFICIENCY = Efficiency()
@@ -98,25 +108,44 @@ class StepTime:
     central_s: float
     low_s: float
     high_s: float
-    compute_bound_fraction: float
+    compute_bound_fraction: float  # of the GPU's busy time
+    gpu_s: float = 0.0  # the GPU's busy time (central): the step's time when the host keeps ahead of it
+    host_s: float = 0.0  # the host's time to issue the step's ops (central)
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_s > self.gpu_s
+
+    @property
+    def busy_fraction(self) -> float:
+        """Share of the step the GPU computes (1.0 when the host keeps ahead)."""
+        return min(1.0, self.gpu_s / self.central_s) if self.central_s else 0.0
 
 
 def step_time(
     ops: Sequence[OpCost], gpu: GpuModel, autocast_dtype: str | None, eff: Efficiency = EFFICIENCY
 ) -> StepTime:
-    central = low = compute_bound = 0.0
+    """The step's time: the GPU's busy time (per op, the roofline floored at a kernel's launch) or the host's time
+    to issue the ops, whichever is longer (the host runs ahead of the GPU, asynchronously, while it can)."""
+    gpu_s = low = compute_bound = 0.0
     bandwidth = gpu.mem_bandwidth_bytes_per_s
     for cost in ops:
         peak = _peak_flops(gpu, cost, autocast_dtype)
         t_compute, t_memory = cost.flops / peak, cost.bytes / bandwidth
         low += max(t_compute, t_memory, _LOW_LAUNCH_FLOOR_S)
         t = max(t_compute / eff.compute_fraction, t_memory / eff.memory_fraction, eff.launch_floor_s)
-        central += t
+        gpu_s += t
         if t_compute / eff.compute_fraction >= max(t_memory / eff.memory_fraction, eff.launch_floor_s):
             compute_bound += t
-    return StepTime(central, low, central * eff.high_factor, compute_bound / central if central else 0.0)
+    host_s = len(ops) * eff.host_per_op_s
+    central = max(gpu_s, host_s)
+    low = max(low, len(ops) * eff.host_per_op_low_s)
+    return StepTime(central, low, central * eff.high_factor, compute_bound / gpu_s if gpu_s else 0.0, gpu_s, host_s)
 
 
-def power_fraction(compute_bound_fraction: float) -> float:
-    """Share of TDP drawn: ~50% for memory/launch-bound steps up to ~85% for GEMM-bound training."""
-    return 0.5 + 0.35 * compute_bound_fraction
+def power_fraction(compute_bound_fraction: float, busy_fraction: float = 1.0,
+                   eff: Efficiency = EFFICIENCY) -> float:
+    """Share of TDP drawn: while the GPU computes, ~50% for memory/launch-bound kernels up to ~85% for GEMM-bound
+    training; while it waits on the host, `waiting_power_fraction`; weighted by the share of the step it computes."""
+    busy = 0.5 + 0.35 * compute_bound_fraction
+    return eff.waiting_power_fraction + busy_fraction * (busy - eff.waiting_power_fraction)

@@ -86,10 +86,16 @@ class RooflineEstimate(BaseModel):
     time_per_step_s: float
     time_per_step_low_s: float
     time_per_step_high_s: float
-    compute_bound_fraction: float
+    compute_bound_fraction: float = Field(description="share of the GPU's busy time in compute-bound kernels")
     energy_per_step_j: float
     energy_per_step_low_j: float
     energy_per_step_high_j: float
+    gpu_busy_s: float | None = Field(None, description="the GPU's busy time per step (central): the roofline")
+    host_issue_s: float | None = Field(
+        None, description="the host's time to issue the step's ops in eager mode (central): traced ops x the "
+                          "host's cost per op")
+    host_bound: bool | None = Field(None, description="the host issues ops slower than the GPU runs them: the "
+                                                      "step's time is the host's (a larger batch is nearly free)")
 
 
 class GpuFit(BaseModel):

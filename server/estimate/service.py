@@ -143,9 +143,12 @@ class _Estimator:
         events, trace = self._events_at(batch_size)
         if not workspace_bytes or not any(op.kind in ("matmul", "attention") for op in trace.ops):
             return events
-        # the cuBLAS workspace is allocated at the first GEMM and kept for the process's life
+        # The cuBLAS workspace is allocated at the first GEMM and kept for the process's life, one per cuBLAS
+        # handle: the training thread's, and the autograd engine's own device thread's (backward runs there). Seen
+        # on an H100 (bench/results/gpu_nvidia_h100_80gb_hbm3*.md): every row allocated 32-34 MiB more than its
+        # tensors and one 32 MiB workspace.
         n = trace.baseline_events
-        return [*events[:n], (-1, workspace_bytes), *events[n:]]
+        return [*events[:n], (-1, workspace_bytes), (-2, workspace_bytes), *events[n:]]
 
     def replay(self, batch_size: int, workspace_bytes: int, capacity_bytes: int | None) -> _Fit:
         key = (batch_size, workspace_bytes, capacity_bytes)
@@ -237,11 +240,15 @@ ASSUMPTIONS = [
     "Allocator: PyTorch's native CUDA caching allocator defaults (no expandable_segments, max_split_size "
     "unlimited), one stream; cuDNN convolution workspaces are not modelled (CNN estimates may run low by up "
     "to the largest workspace cuDNN picks).",
-    "Context and cuBLAS workspace per GPU from calibration.json: literature-derived, not measured here.",
+    "Context and cuBLAS workspace per GPU from calibration.json (measured where its entry says so, else "
+    "literature-derived); one cuBLAS workspace per handle: the training thread's and the autograd engine's.",
     f"Roofline: per op max(FLOPs / (peak x {EFFICIENCY.compute_fraction}), bytes / (bandwidth x "
-    f"{EFFICIENCY.memory_fraction}), {EFFICIENCY.launch_floor_s * 1e6:.0f} us); band from the pure roofline "
-    f"at 100% peak to {EFFICIENCY.high_factor}x the central value. Energy = time x TDP x (0.5 + 0.35 x "
-    "compute-bound share of the time); band +-0.15 of TDP on the power fraction.",
+    f"{EFFICIENCY.memory_fraction}), {EFFICIENCY.launch_floor_s * 1e6:.0f} us), summed: the GPU's busy time; "
+    f"the step takes that or the host's time to issue the ops in eager mode ({EFFICIENCY.host_per_op_s * 1e6:.0f}"
+    f" us per traced op, measured on an H100 host; {EFFICIENCY.host_per_op_low_s * 1e6:.0f} us at the band's low "
+    f"end), whichever is longer. Band from the pure roofline at 100% peak to {EFFICIENCY.high_factor}x the central "
+    "value. Energy = time x TDP x power fraction: while busy 0.5 + 0.35 x compute-bound share, while waiting on "
+    f"the host {EFFICIENCY.waiting_power_fraction}; band +-0.15 of TDP on the power fraction.",
 ]
 
 
@@ -349,9 +356,10 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         central = t_fb.central_s * micro_scale + t_opt.central_s
         low = t_fb.low_s * micro_scale + t_opt.low_s
         high = t_fb.high_s * micro_scale + t_opt.high_s
-        compute_share = (t_fb.compute_bound_fraction * t_fb.central_s * micro_scale
-                         + t_opt.compute_bound_fraction * t_opt.central_s) / central if central else 0.0
-        pf = power_fraction(compute_share)
+        gpu_busy = t_fb.gpu_s * micro_scale + t_opt.gpu_s
+        compute_share = (t_fb.compute_bound_fraction * t_fb.gpu_s * micro_scale
+                         + t_opt.compute_bound_fraction * t_opt.gpu_s) / gpu_busy if gpu_busy else 0.0
+        pf = power_fraction(compute_share, min(1.0, gpu_busy / central) if central else 1.0)
         results.append(GpuFit(
             gpu=gpu.name, memory_total_bytes=gpu.memory_bytes, context_bytes=cal.context_bytes,
             cublas_workspace_bytes=cal.cublas_workspace_bytes,
@@ -364,6 +372,8 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
                 energy_per_step_j=central * gpu.tdp_w * pf,
                 energy_per_step_low_j=low * gpu.tdp_w * max(pf - 0.15, 0.2),
                 energy_per_step_high_j=high * gpu.tdp_w * min(pf + 0.15, 1.0),
+                gpu_busy_s=gpu_busy, host_issue_s=t_fb.host_s * micro_scale + t_opt.host_s,
+                host_bound=t_fb.host_s * micro_scale + t_opt.host_s > gpu_busy,
             ),
             calibration_source=cal.source + ("" if cal.measured else " (not measured)"),
             breakdown=estimate_breakdown(

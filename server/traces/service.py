@@ -155,7 +155,7 @@ def snapshot_alloc_conf_advice(summary: dict[str, Any], events: list[dict[str, A
                                device: int | None) -> AllocConfAdvice | None:
     """Allocator settings compared by simulation on a snapshot's own allocator history (what `fleetprof run
     --trace-allocator` records), its running totals anchored at the snapshot's allocated and reserved bytes."""
-    stats = next((d for d in summary.get("devices") or [] if d.get("device") == device), {})
+    stats: dict[str, Any] = next((d for d in summary.get("devices") or [] if d.get("device") == device), {})
     name = f"cuda:{device if device is not None else 0}"
     history = [{**e, "addr": e["addr"] if e["addr"] >= 0 else None} for e in events]
     dev = memory_events_from_allocator(history, allocated_after_bytes=stats.get("allocated_bytes"),

@@ -28,13 +28,13 @@ def test_without_a_gpu_one_line_and_a_failing_status(repo_root: Path) -> None:
 def test_measured_calibration_entry_is_used(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
     shutil.copy(CALIBRATION, path)
-    h100 = find_model("H100-80GB")
-    assert h100 is not None and not calibration_for(h100, path).measured
-    update_calibration(path, "H100-80GB", context_bytes=512 * 2**20 + 4096, cublas_workspace_bytes=33554432,
-                       device="NVIDIA H100 80GB HBM3", driver="550.54.15", torch_version="2.13.0", date="2026-11-25")
-    cal = calibration_for(h100, path)
+    h200 = find_model("H200")
+    assert h200 is not None and not calibration_for(h200, path).measured
+    update_calibration(path, "H200", context_bytes=512 * 2**20 + 4096, cublas_workspace_bytes=33554432,
+                       device="NVIDIA H200", driver="550.54.15", torch_version="2.13.0", date="2026-11-25")
+    cal = calibration_for(h200, path)
     assert cal.measured and cal.context_bytes == 512 * 2**20 + 4096 and cal.cublas_workspace_bytes == 33554432
-    assert "NVIDIA H100 80GB HBM3" in cal.source and "550.54.15" in cal.source
+    assert "NVIDIA H200" in cal.source and "550.54.15" in cal.source
     a100 = find_model("A100-40GB")
     assert a100 is not None and not calibration_for(a100, path).measured  # other entries untouched
 

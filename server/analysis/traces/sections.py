@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetprof.report import JobReport, Recommendation, Sources, TimeBreakdown, TracesSection
+from fleetprof.report import FrameworkSection, JobReport, Recommendation, Sources, TimeBreakdown, TracesSection
 from server.analysis.traces.kineto import combine_ranks
 
 BREAKDOWN_KEYS = ("idle_pct", "compute_pct", "non_compute_pct", "span_us", "communication_us")
@@ -60,13 +60,25 @@ def trace_sections(report: JobReport, traces: list[dict[str, Any]]) -> JobReport
         update["optimization"] = {**optimization, "source": f"{trace.get('kind')}:{trace.get('filename')}"}
         sources["optimization"] = f"allocation trace from {trace.get('kind')} upload {trace.get('filename')!r}"
         computed = optimization.get("allocator_recommendation")  # allocator settings compared by simulation
-        if computed:
+        if computed and not _already_set(computed, report.framework):
             rec = Recommendation.model_validate(computed)
             update["recommendations"] = [*(r for r in report.recommendations if r.kind != rec.kind), rec]
     else:
         update["optimization"] = None
     return report.model_copy(update={**update, "traces": TracesSection.model_validate(section),
                                      "sources": Sources.model_validate(sources)})
+
+
+def _already_set(recommendation: dict[str, Any], framework: FrameworkSection | None) -> bool:
+    """The job already ran with every option the allocator-settings recommendation sets (the hooks read its
+    PYTORCH_CUDA_ALLOC_CONF): the traced run shows the setting's effect, not a saving still to be had."""
+    running = framework.cuda_alloc_conf if framework is not None else None
+    env = (recommendation.get("evidence") or {}).get("env") or ""
+    wanted = env.partition("=")[2]
+    if running is None or not wanted:
+        return False
+    have = {o.strip().replace(" ", "") for o in running.split(",") if o.strip()}
+    return all(o.strip().replace(" ", "") in have for o in wanted.split(","))
 
 
 def merge_trace_sections(report: dict[str, Any], traces: list[dict[str, Any]]) -> dict[str, Any]:
