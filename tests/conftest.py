@@ -202,7 +202,7 @@ def server_process(env: dict[str, str], log_path: Path, *args: str,
             on_start(lambda: _server_dump(proc, log_path))
         try:
             try:
-                wait_http(url + "/healthz")
+                wait_http(url + "/healthz", timeout_s=60.0)  # a cold import on a loaded 2-core machine
             except TimeoutError as exc:  # say why: the server's own log (an import error, a port, a proxy)
                 raise TimeoutError(f"{exc}; server log:\n{_server_dump(proc, log_path)}") from None
             yield url
