@@ -235,7 +235,9 @@ ASSUMPTIONS = [
     "repeat the second) and time scales with the number of micro-batches.",
     "AMP follows torch.autocast('cuda') op lists (emulated on meta); GradScaler state (a few scalars) is ignored.",
     "scaled_dot_product_attention uses a fused kernel (flash / memory-efficient), as CUDA picks for these inputs; "
-    "dropout is CUDA's fused native_dropout (a bool mask saved for backward).",
+    "dropout is CUDA's fused native_dropout (a bool mask saved for backward). nn.LSTM / GRU / RNN run through "
+    "cuDNN: timed as one op per layer and direction forward and two backward (their FLOPs and bytes kept); their "
+    "memory is the per-time-step decomposition's saved tensors (cuDNN's reserve and workspace are not modelled).",
     "Optimizer 'foreach' implementation (PyTorch's CUDA default) including its transient per-step buffers.",
     "Allocator: PyTorch's native CUDA caching allocator defaults (no expandable_segments, max_split_size "
     "unlimited), one stream; cuDNN convolution workspaces are not modelled (CNN estimates may run low by up "

@@ -17,6 +17,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from server.estimate.breakdown import StepOrigins
+from server.estimate.cudnn_rnn import cudnn_rnn_groups
 from server.estimate.emulation import CpuStep, CudaStepEmulation, StepEmulation
 from server.estimate.errors import EstimateError, InputMismatchError
 from server.estimate.kernel_probe import KernelProbe
@@ -111,11 +112,13 @@ def trace_step(resolved: ResolvedModel, settings: StepSettings, batch_size: int,
     marks: dict[str, tuple[int, int]] = {}
 
     def mark(name: str) -> None:
+        recorder.fused = None  # a step boundary ends any fused group's run
         marks[name] = (len(recorder.trace.events), len(recorder.trace.ops))
         origins.mark(name)
 
     try:
-        probe = KernelProbe() if settings.device == "cpu" else contextlib.nullcontext()
+        # cpu: oneDNN's kernels measured; cuda: recurrent modules counted as cuDNN's fused calls
+        probe = KernelProbe() if settings.device == "cpu" else cudnn_rnn_groups(recorder)
         with fake, recorder, origins, probe, _module_paths(model, recorder) if labels else contextlib.nullcontext():
             run_steps(model, batch, optimizer, emulation, settings, mark)
     except EstimateError:

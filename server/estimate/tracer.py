@@ -52,6 +52,29 @@ class Trace:
         return peak
 
 
+class FusedGroup:
+    """Ops that one fused library call runs (cuDNN's RNN, server.estimate.cudnn_rnn), counted as `calls` OpCosts
+    that share their FLOPs and bytes: placed where the group's first op was, rewritten as ops join."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = max(calls, 1)
+        self.start: int | None = None
+        self.flops = self.bytes = 0.0
+        self.kind = "other"
+        self.lowp = False
+
+    def add(self, cost: OpCost, ops: list[OpCost]) -> None:
+        if self.start is None:
+            self.start = len(ops)
+            ops.extend([cost] * self.calls)
+        self.flops += cost.flops
+        self.bytes += cost.bytes
+        if cost.kind != "other" and self.kind == "other":
+            self.kind, self.lowp = cost.kind, cost.lowp
+        share = OpCost(self.flops / self.calls, self.bytes / self.calls, self.kind, self.lowp)
+        ops[self.start:self.start + self.calls] = [share] * self.calls
+
+
 class StorageRecorder(TorchDispatchMode):
     """Appends to `trace` while active; `close()` stops recording frees that happen after the step."""
 
@@ -70,6 +93,7 @@ class StorageRecorder(TorchDispatchMode):
         self._next_id = 0
         self._open = True
         self.tag: str | None = None  # set by the caller (a module's forward); new storages carry it
+        self.fused: FusedGroup | None = None  # set by the caller: op costs go to this group (server.estimate.cudnn_rnn)
 
     def storage_id(self, tensor: torch.Tensor) -> int | None:
         """The id under which `tensor`'s storage appears in the trace; None if it is not live in it."""
@@ -138,5 +162,8 @@ class StorageRecorder(TorchDispatchMode):
         if self.count_ops and func not in _NO_COST and (new or func._schema.is_mutable):
             cost = self.kernels.cost(func, args, kwargs, out, key)
             if cost is not None:
-                self.trace.ops.append(cost)
+                if self.fused is not None:
+                    self.fused.add(cost, self.trace.ops)
+                else:
+                    self.trace.ops.append(cost)
         return out
