@@ -280,7 +280,8 @@ class Profiler:
             device_time.next_step(end_ev, cuda=cuda)
         # Per-module timing on sampled steps only: every `layer_every`-th step at the default level (bounded
         # overhead), every step at level "layers" (install() sets layer_every=1).
-        if (done - 1) % self.layer_every == 0 and self.enabled:  # steps 1, 1+N, ... (see _is_sampled)
+        # Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery).
+        if (done - 1) % self.layer_every == 0 and self.enabled:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
         if self._alloc_trace.steps:
@@ -312,10 +313,6 @@ class Profiler:
             ev = self._events.base("framework_info")
             ev.update({k: v for k, v in fields.items() if v is not None})
             self.sender.put(ev)
-
-    def _is_sampled(self, step: int) -> bool:
-        """Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery)."""
-        return step >= 1 and (step - 1) % self.layer_every == 0
 
     # ------------------------------------------------------------------ the model's forwards
 
