@@ -15,6 +15,22 @@ Prints: model, level, median step time without / with hooks (CPU, then wall), an
 the per-round ratio of medians ("overhead %") and of means ("mean ovh %": it carries the cost of the sampled
 per-module step, one in 50 at "layers/50", which the median hides). "layers/1" times every module on every
 step: the worst case, not a setting anyone should run with.
+
+Measured 2026-11-25 (wip/hooks), before = 4b49f1d, after = this branch; each row one run of
+`python bench/hook_overhead.py --rounds 2` on the shared 2-core CPU dev machine (torch 2.13 CPU, load average
+2-5: the per-model rows swing by +-20 % there, so only the trivial-step figures are read):
+
+    trivial step, default level, per step       before (2 runs)    after (2 runs)
+    wall, median step                           216 / 147 us       48 / 31 us
+    process CPU, median step                    215 / 147 us       49 / 31 us
+    process CPU, mean step (sender included)    519 / 274 us       92 / 51 us
+
+Where it went (before): the sender thread posted every few events (it drained the queue to empty on each
+wake-up: ~100 us of CPU per step, each post about 1 ms of HTTP and JSON), the RSS peak read per step
+(/proc/self/status, 10-40 us), per-event pydantic validation and dump, the lock per put. On CUDA, measured on
+the H100 (torch 2.11): the per-step peaks through max_memory_allocated() + max_memory_reserved() + reset took
+221 us (both flatten the allocator's stats tree in Python), through one nested read + reset 11.7 us; a timing
+event through torch.cuda.Event()+record() 9.3 us, through the bindings 3.5 us.
 """
 
 from __future__ import annotations
@@ -124,12 +140,18 @@ def start_sink() -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def hook_cost_us(url: str, rounds: int, steps: int = 1500) -> float:
-    """Absolute CPU cost of the default level per step, on a trivial step (a 4x4 linear layer, ~100 us).
+def hook_cost_us(url: str, rounds: int, steps: int = 1500) -> dict[str, float]:
+    """Absolute cost of the default level per step, on a trivial step (a 4x4 linear layer, ~100 us).
 
     Its cost does not depend on the model (one optimizer post-hook and one forward pre-hook on the
     top-level module per step), and a step this short makes it measurable through the noise of a shared
-    machine: the median over rounds of (median on - median off), in microseconds.
+    machine. Each figure is the median over rounds of a per-round difference (hooks on - hooks off), in
+    microseconds per step:
+      * "wall_us": of the median step's wall time (the figure this bench has always printed);
+      * "cpu_us": of the median step's process CPU time;
+      * "cpu_mean_us": of the mean step's process CPU time, which also carries what a median leaves out: the
+        sender thread's work, done in bursts (one post per 500 events or per second), and the steps that
+        read the RSS peak (one per 20 ms).
     """
     model = nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -140,12 +162,14 @@ def hook_cost_us(url: str, rounds: int, steps: int = 1500) -> float:
         model(x).sum().backward()
         opt.step()
 
-    diffs = []
+    diffs: dict[str, list[float]] = {"wall_us": [], "cpu_us": [], "cpu_mean_us": []}
     for _ in range(rounds):
-        off = statistics.median(t[0] for t in run_block(step, steps, "off", url, lambda: None, 50))
-        on = statistics.median(t[0] for t in run_block(step, steps, "default", url, lambda: None, 50))
-        diffs.append((on - off) * 1e6)
-    return statistics.median(diffs)
+        off = run_block(step, steps, "off", url, lambda: None, 50)
+        on = run_block(step, steps, "default", url, lambda: None, 50)
+        diffs["wall_us"].append(statistics.median(t[0] for t in on) - statistics.median(t[0] for t in off))
+        diffs["cpu_us"].append(statistics.median(t[1] for t in on) - statistics.median(t[1] for t in off))
+        diffs["cpu_mean_us"].append(statistics.fmean(t[1] for t in on) - statistics.fmean(t[1] for t in off))
+    return {k: statistics.median(v) * 1e6 for k, v in diffs.items()}
 
 
 def run_block(step: Callable[[], None], n: int, level: str, url: str, sync: Callable[[], None],
@@ -209,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                     row += [statistics.median(x for b in off for x in b), statistics.median(x for b in on for x in b),
                             100 * (med - 1), 100 * (mean - 1)]
                 rows.append(row)
-        cost_us = hook_cost_us(url, rounds=max(3, args.rounds))
+        cost = hook_cost_us(url, rounds=max(3, args.rounds))
     finally:
         sink.terminate()
         sink.wait()
@@ -223,14 +247,18 @@ def main(argv: list[str] | None = None) -> int:
         name, label, c_off, c_on, c_ovh, c_mean, w_off, w_on, w_ovh, w_mean = r
         print(f"{name:<12} {label:<10} {c_off * 1e3:>13.2f} {c_on * 1e3:>12.2f} {c_ovh:>10.2f} {c_mean:>10.2f} | "
               f"{w_off * 1e3:>11.2f} {w_on * 1e3:>10.2f} {w_ovh:>10.2f} {w_mean:>11.2f}")
-    print(f"\ndefault level, absolute cost per step (trivial-step microbenchmark): {cost_us:.1f} us")
+    print(f"\ndefault level, absolute cost per step (trivial-step microbenchmark): {cost['wall_us']:.1f} us wall "
+          f"(median step); process CPU: {cost['cpu_us']:.1f} us (median step), {cost['cpu_mean_us']:.1f} us (mean step, "
+          "the sender thread's bursts included)")
     for r in rows:
         if r[1] == "default":
             print(f"  implied overhead on {r[0]:<12} (median off {r[6] * 1e3:.2f} ms wall): "
-                  f"{100 * cost_us * 1e-6 / r[6]:.3f} %")
+                  f"{100 * cost['wall_us'] * 1e-6 / r[6]:.3f} % (wall), "
+                  f"{100 * cost['cpu_mean_us'] * 1e-6 / r[6]:.3f} % (mean CPU)")
     write_report(__file__, {
         "device": str(device), "torch_version": torch.__version__, "threads_count": args.threads,
-        "rounds_count": args.rounds, "steps_per_block_count": args.steps, "default_cost_per_step_us": cost_us,
+        "rounds_count": args.rounds, "steps_per_block_count": args.steps, "default_cost_per_step_us": cost["wall_us"],
+        "default_cpu_cost_per_step_us": cost["cpu_us"], "default_cpu_mean_cost_per_step_us": cost["cpu_mean_us"],
         "rows": {f"{r[0]} {r[1]}": {
             "cpu_off_ms": r[2] * 1e3, "cpu_on_ms": r[3] * 1e3, "cpu_overhead_pct": r[4], "cpu_mean_overhead_pct": r[5],
             "wall_off_ms": r[6] * 1e3, "wall_on_ms": r[7] * 1e3, "wall_overhead_pct": r[8],

@@ -18,14 +18,29 @@ class EventFactory:
         self._clock = clock
         self.rank = 0
         self._rank_known = False
+        self._dist_initialized: Callable[[], bool] | None = None  # torch.distributed.is_initialized, once available
+        self._dist_checked = False
+
+    def update_rank(self) -> int:
+        """The rank, read from torch.distributed until it is initialized (then fixed): once per event."""
+        if not self._rank_known:
+            if not self._dist_checked:
+                self._dist_checked = True
+                dist = self._torch.distributed
+                if dist.is_available():
+                    self._dist_initialized = dist.is_initialized
+            if self._dist_initialized is not None and self._dist_initialized():
+                self.rank = int(self._torch.distributed.get_rank())
+                self._rank_known = True
+        return self.rank
 
     def base(self, kind: str) -> dict[str, Any]:
-        if not self._rank_known:
-            dist = self._torch.distributed
-            if dist.is_available() and dist.is_initialized():
-                self.rank = int(dist.get_rank())
-                self._rank_known = True
-        return {"kind": kind, "job_id": self.job_id, "ts": self._clock(), "rank": self.rank}
+        return {"kind": kind, "job_id": self.job_id, "ts": self._clock(), "rank": self.update_rank()}
+
+    def step(self, step: int, samples: int | None) -> dict[str, Any]:
+        """A step event's common fields (the Profiler adds wall_s, device_s and the memory fields)."""
+        return {"kind": "step", "job_id": self.job_id, "ts": self._clock(), "rank": self.update_rank(), "step": step,
+                "samples": samples}
 
     def job_start(self) -> dict[str, Any]:
         ev = self.base("job_start")

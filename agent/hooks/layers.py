@@ -22,6 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.hooks.device_time import cuda_event_recorder
+from agent.hooks.memory import cuda_allocated_reader
+
 Stamp = Any  # float (perf_counter seconds) or a recorded torch.cuda.Event
 
 
@@ -60,15 +63,16 @@ class LayerSampler:
         self._names: dict[int, str] = {}
         self._used_names: set[str] = set()
         self._cuda = False
+        # memory.cuda_allocated_reader and device_time.cuda_event_recorder, made on the first CUDA sampled step
+        self._allocated: Any = None
+        self._record_event: Any = None
         self.active = False
 
     # ------------------------------------------------------------------ clock
 
     def _now(self) -> Stamp:
         if self._cuda:
-            ev = self._torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
+            return self._record_event()
         return time.perf_counter()
 
     def _elapsed_s(self, a: Stamp, b: Stamp) -> float:
@@ -82,6 +86,9 @@ class LayerSampler:
         from torch.nn.modules import module as mm
 
         self._cuda = cuda
+        if cuda and self._allocated is None:
+            self._allocated = cuda_allocated_reader(self._torch)
+            self._record_event = cuda_event_recorder(self._torch)
         self._stats.clear()
         self._open.clear()
         self._names.clear()
@@ -149,7 +156,7 @@ class LayerSampler:
 
     def _pre(self, module: Any, args: Any) -> None:
         try:
-            mem = self._torch.cuda.memory_allocated() if self._cuda else 0
+            mem = self._allocated() if self._cuda else 0
             self._open.setdefault(id(module), []).append((self._now(), mem))
         except Exception as exc:
             self._on_error(exc)
@@ -173,7 +180,7 @@ class LayerSampler:
             torch = self._torch
             outs = list(iter_tensors(output, torch))
             if self._cuda:
-                st.activation_bytes += torch.cuda.memory_allocated() - mem0
+                st.activation_bytes += self._allocated() - mem0
             else:
                 st.activation_bytes += sum(t.numel() * t.element_size() for t in outs)
             if not torch.is_grad_enabled():

@@ -1,8 +1,11 @@
 """Ship framework events to the collector without ever blocking the training loop.
 
-The training thread only appends plain dicts to a bounded deque (no validation, no I/O). A daemon thread
-wakes up every `flush_interval_s` (or when a batch is full), validates the events against the wire
-protocol, wraps them in an `EventBatch` and posts it. A collector that is down costs the training loop
+The training thread only appends plain dicts to a bounded deque (no lock, no validation, no I/O). A daemon
+thread wakes up every `flush_interval_s` (or once a full batch is queued), validates the events against the
+wire protocol in one call per batch, wraps them in an `EventBatch` and posts it. It posts at most one
+partial batch per wake-up: a post costs the process about a millisecond of CPU (HTTP, JSON), and a sender
+that chased a fast training loop's queue down to empty posted a handful of events at a time, burning more
+CPU per step than the hooks on the training thread. A collector that is down costs the training loop
 nothing: the batch is retried with exponential backoff while new events keep queueing, and when the queue
 is full the oldest events are dropped and counted (logged at exit, never silent).
 """
@@ -23,11 +26,12 @@ from pydantic import TypeAdapter, ValidationError
 
 from fleetprof.client import INGEST_EVENTS_PATH as EVENTS_PATH
 from fleetprof.client import ApiError, Client
-from fleetprof.protocol import PROTOCOL_VERSION, Event, EventBatch
+from fleetprof.protocol import PROTOCOL_VERSION, Event
 
 log = logging.getLogger(__name__)
 
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+_EVENTS_ADAPTER: TypeAdapter[list[Any]] = TypeAdapter(list[Event])
 
 
 def new_source_id() -> str:
@@ -61,19 +65,37 @@ class EventSender:
         self.sent_total = 0
         self._warned: set[str] = set()
         self._backoff_s = 0.0
+        self._woken = False  # a wake-up for a full batch is on its way: put() need not notify again
 
     # ------------------------------------------------------------------ training-thread side
 
     def put(self, event: dict[str, Any]) -> None:
+        # Lock-free: deque.append/popleft are atomic, and only this thread appends. The lock is taken only to
+        # drop the oldest event of a full queue, to start the thread, and to wake it once per full batch.
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            self._drop_oldest()
+        queue.append(event)
+        if self._thread is None:
+            self._start_locked()
+        elif len(queue) >= self._batch_max and not self._woken:
+            self._wake()
+
+    def _drop_oldest(self) -> None:
         with self._cond:
-            if len(self._queue) >= self._max_queue:
+            while len(self._queue) >= self._max_queue:
                 self._queue.popleft()
                 self.dropped_total += 1
-            self._queue.append(event)
+
+    def _start_locked(self) -> None:
+        with self._cond:
             if self._thread is None:
                 self._start()
-            elif len(self._queue) >= self._batch_max:
-                self._cond.notify()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify()
 
     def submit(self, job: Callable[[Client], None]) -> None:
         """Run `job(transport)` once on the sender thread (e.g. an allocator-trace upload)."""
@@ -102,6 +124,7 @@ class EventSender:
         self.source_id = new_source_id()
         self._queue.clear()
         self._pending = None
+        self._woken = False
 
     def _start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fleetprof-events", daemon=True)
@@ -117,23 +140,39 @@ class EventSender:
     def _take_batch(self) -> tuple[int, list[dict[str, Any]]] | None:
         if self._pending is not None:
             return self._pending
-        with self._cond:
-            n = min(len(self._queue), self._batch_max)
-            raw = [self._queue.popleft() for _ in range(n)]
+        queue = self._queue
+        with self._cond:  # put() drops the oldest under this lock too
+            n = min(len(queue), self._batch_max)
+            raw = [queue.popleft() for _ in range(n)]
+        if not raw:
+            return None
+        try:  # the whole batch in one call to pydantic-core
+            _EVENTS_ADAPTER.validate_python(raw)
+        except ValidationError:
+            events = self._valid_events(raw)
+        else:
+            # Valid as they are: the hooks build events of JSON types (the protocol's numbers are strict, so
+            # validation converts nothing), sent as they are, with unknown (None) fields left out as the model's
+            # dump would leave them out.
+            events = [ev if None not in ev.values() else {k: v for k, v in ev.items() if v is not None}
+                      for ev in raw]
+        if not events:
+            return None
+        self._pending = (self._seq, events)
+        self._seq += 1
+        return self._pending
+
+    def _valid_events(self, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A batch that failed validation: keep its valid events, drop (and count) the others."""
         events = []
         for ev in raw:
             try:
-                events.append(_EVENT_ADAPTER.validate_python(ev))
+                events.append(_EVENT_ADAPTER.dump_python(_EVENT_ADAPTER.validate_python(ev), mode="json",
+                                                         exclude_none=True))
             except ValidationError as exc:
                 self.invalid_total += 1
                 self._warn_once("invalid", "fleetprof hooks: dropping invalid %s event: %s", ev.get("kind"), exc)
-        if not events:
-            return None
-        batch = EventBatch(protocol_version=PROTOCOL_VERSION, source_id=self.source_id, seq=self._seq,
-                           sent_at=self._clock(), events=events)
-        self._seq += 1
-        self._pending = (batch.seq, batch.model_dump(mode="json", exclude_none=True)["events"])
-        return self._pending
+        return events
 
     def _post(self, seq: int, events: list[dict[str, Any]]) -> None:
         body = {"protocol_version": PROTOCOL_VERSION, "source_id": self.source_id, "seq": seq,
@@ -145,9 +184,16 @@ class EventSender:
         self._backoff_s = 0.0
         while True:
             with self._cond:
-                if not self._closing:
-                    wait_s = backoff_s or self._flush_interval_s
-                    self._cond.wait(wait_s)
+                if backoff_s:  # a full queue's wake-up does not cut a backoff short; closing or an upload does
+                    deadline = time.monotonic() + backoff_s
+                    while not self._closing and not self._side_jobs:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                elif not self._closing and not self._woken:
+                    self._cond.wait(self._flush_interval_s)
+                self._woken = False
                 closing = self._closing
             while self._side_jobs:
                 job = self._side_jobs.popleft()
@@ -165,7 +211,8 @@ class EventSender:
                 return
 
     def _drain(self, closing: bool) -> float:
-        """Send until the queue is empty; return the backoff to wait before the next try (0 when done)."""
+        """Send what is queued: every full batch, then at most one partial batch (all of it when closing).
+        Return the backoff to wait before the next try (0 when done)."""
         while True:
             batch = self._take_batch()
             if batch is None:
@@ -188,3 +235,5 @@ class EventSender:
             self.sent_total += len(events)
             self._pending = None
             self._backoff_s = 0.0
+            if not closing and len(self._queue) < self._batch_max:
+                return 0.0  # the rest waits for the next interval (or a full batch)

@@ -52,7 +52,7 @@ from agent.hooks.discovery import ModelDiscovery
 from agent.hooks.events import EventFactory
 from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
-from agent.hooks.memory import RssPeak, step_memory
+from agent.hooks.memory import RssPeak, StepMemory
 from agent.hooks.profile_trace import ProfileTracer
 from agent.hooks.sender import EventSender
 from fleetprof.client import Client
@@ -75,7 +75,7 @@ class Profiler:
     """Turns optimizer steps (or explicit `step()` calls) into StepEvents, and sampled steps into LayerEvents.
 
     It keeps the step boundary rule and hands each concern to a collaborator: the model (`ModelDiscovery`),
-    memory peaks (`memory.step_memory`), device time (`DeviceTimer`), per-module timing (`LayerSampler`), the
+    memory peaks (`memory.StepMemory`), device time (`DeviceTimer`), per-module timing (`LayerSampler`), the
     allocator trace (`AllocTracer`), the profiler trace (`ProfileTracer`), what right-sizing needs (batch size,
     model, optimizer, precision: `FrameworkInfo`), the events' common fields (`EventFactory`) and sending
     (`EventSender`).
@@ -91,7 +91,9 @@ class Profiler:
         self.level = level
         self.layer_every = max(1, layer_every)
         self._rss = rss or RssPeak()
+        self._memory = StepMemory(torch, self._rss)
         self._perf = perf
+        self._cuda = False  # CUDA seen initialized (it stays so; a forked child switches the hooks off)
         self.enabled = False
         self.steps_done = 0
         self._failed = False
@@ -105,6 +107,7 @@ class Profiler:
         self._step_start: float | None = None
         self._samples: int | None = None
         self._forwards = 0
+        self._autocast_checks = 0  # first forwards checked for autocast (all of the first 16, then 1 in 16)
         # the model: found during the first step, then watched by one hook of its own
         self._model: weakref.ref[Any] | None = None
         self._handles: list[Any] = []
@@ -112,6 +115,7 @@ class Profiler:
                                          on_model=self._on_model, on_error=self._fail)
         self._events = EventFactory(torch, job_id, clock)
         self._device_time = DeviceTimer(torch, sender.put)
+        self._cuda_initialized = torch.cuda.is_initialized
         self._sampler = LayerSampler(torch, on_error=self._fail)
         self._alloc_trace = AllocTracer(torch, sender, job_id=job_id, steps=alloc_trace_steps)
         self._profile_trace = ProfileTracer(torch, sender, job_id=job_id, steps=profile_steps)
@@ -240,14 +244,18 @@ class Profiler:
                 self._profile_trace.stop(upload=False, rank=self._events.rank)
 
     def _boundary(self) -> None:
-        if self._step_start is None:
-            self._step_start = self._perf()  # no forward seen: an empty first step, not a made-up one
+        # Runs once per training step on the training thread: every call and allocation here is paid per step
+        # (see bench/hook_overhead.py), so the rare work sits behind plain attribute tests.
+        start = self._step_start
+        if start is None:
+            start = self._step_start = self._perf()  # no forward seen: an empty first step, not a made-up one
         step = self.steps_done
-        ev = self._events.base("step")
-        ev.update(step=step, samples=self._samples)
-        cuda = torch.cuda.is_initialized()
-        start_ev, end_ev = self._device_time.end_step(cuda=cuda)
-        ev.update(step_memory(torch, self._rss, cuda=cuda))
+        samples = self._samples
+        ev = self._events.step(step, samples)
+        cuda = self._cuda or self._check_cuda()
+        device_time = self._device_time
+        start_ev, end_ev = device_time.end_step(cuda=cuda) if cuda else (None, None)
+        self._memory.add(ev, cuda=cuda, step=step, step_start=start)
         if not self._job_start_sent:
             self._send_job_start()
         if self._sampler.active:
@@ -255,34 +263,47 @@ class Profiler:
                 layer = self._events.base("layer")
                 layer.update(step=step, **fields)
                 self.sender.put(layer)
-        self._device_time.drain(final=False)
+        if device_time.pending:
+            device_time.drain(final=False)
 
         # prepare the next step
-        self._info.note_step_samples(self._samples)
-        self.steps_done += 1
+        if samples is not None:
+            self._info.note_step_samples(samples)
+        self.steps_done = done = step + 1
         self._samples = None
         self._forwards = 0
         self._last_boundary_by_opt = False
-        self._discovery.new_step()
         if self._discovery.active:
+            self._discovery.new_step()
             self._discovery.finish()
-        self._device_time.next_step(end_ev, cuda=cuda)
+        if cuda:
+            device_time.next_step(end_ev, cuda=cuda)
         # Per-module timing on sampled steps only: every `layer_every`-th step at the default level (bounded
         # overhead), every step at level "layers" (install() sets layer_every=1).
-        if self._is_sampled(self.steps_done) and self.enabled:
+        # Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery).
+        if (done - 1) % self.layer_every == 0 and self.enabled:
             model = self._model() if self._model is not None else None
             self._sampler.start(model, cuda=cuda)
-        self._alloc_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
-        self._profile_trace.tick(self.steps_done, cuda=cuda, rank=self._events.rank)
-        if self.steps_done & (self.steps_done - 1) == 0:  # steps 1, 2, 4, 8, ...: sent when it changed
+        if self._alloc_trace.steps:
+            self._alloc_trace.tick(done, cuda=cuda, rank=self._events.rank)
+        if self._profile_trace.steps:
+            self._profile_trace.tick(done, cuda=cuda, rank=self._events.rank)
+        if done & (done - 1) == 0:  # steps 1, 2, 4, 8, ...: sent when it changed
             self._send_info(cuda=cuda)
 
         # The step ends after our own bookkeeping: the user's clock around optimizer.step() counts it too,
         # so the hooks' cost lands in the step that paid it rather than in the next one.
         now = self._perf()
-        ev["wall_s"] = max(0.0, now - self._step_start)
+        ev["wall_s"] = max(0.0, now - start)
         self._step_start = now
-        self._device_time.send(ev, start_ev, end_ev)
+        if end_ev is None:
+            self.sender.put(ev)
+        else:
+            device_time.send(ev, start_ev, end_ev)
+
+    def _check_cuda(self) -> bool:
+        self._cuda = bool(self._cuda_initialized())
+        return self._cuda
 
     def _send_info(self, *, cuda: bool | None = None) -> None:
         """The `framework_info` event, when its fields differ from the last one sent."""
@@ -292,10 +313,6 @@ class Profiler:
             ev = self._events.base("framework_info")
             ev.update({k: v for k, v in fields.items() if v is not None})
             self.sender.put(ev)
-
-    def _is_sampled(self, step: int) -> bool:
-        """Steps 1, 1+N, 1+2N, ... (step 0 is warm-up and discovery)."""
-        return step >= 1 and (step - 1) % self.layer_every == 0
 
     # ------------------------------------------------------------------ the model's forwards
 
@@ -317,8 +334,18 @@ class Profiler:
             self._step_start = self._perf()
             self._device_time.first_forward()
         if self._samples is None:
-            self._samples = batch_size_of(args, kwargs)
-            self._info.note_forward()
+            # the common case first: a batch tensor as the first positional argument
+            first = args[0] if args else None
+            if isinstance(first, torch.Tensor):
+                self._samples = int(first.shape[0]) if first.dim() >= 1 else None
+            else:
+                self._samples = batch_size_of(args, kwargs)
+            # Autocast (precision) on the first forward of each of the first 16 steps, then of 1 step in 16: the
+            # framework_info event that reports it goes out at steps 1, 2, 4, 8, ... and at exit.
+            checks = self._autocast_checks
+            self._autocast_checks = checks + 1
+            if checks < 16 or checks & 15 == 0:
+                self._info.note_forward()
 
 
 # ---------------------------------------------------------------------- helpers

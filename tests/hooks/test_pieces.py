@@ -96,3 +96,95 @@ def test_internal_error_disables_hooks_and_training_goes_on(caplog: pytest.LogCa
         assert prof._handles == [] and not prof._sampler.active  # unregistered at the next boundary
     finally:
         prof.close()
+
+
+class CountingRss(RssPeak):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read_and_reset(self) -> int | None:
+        self.reads += 1
+        return 1000 + self.reads
+
+
+def test_short_cpu_steps_read_the_rss_peak_at_a_bounded_rate_with_exact_steps() -> None:
+    """Steps 0-7 each read the RSS peak; then at most one reading per 20 ms of training. Step numbers and wall
+    times stay exact for every step; the steps between readings carry no memory fields (unknown)."""
+    from agent.hooks.memory import RSS_EVERY_STEP_UNTIL, RSS_MIN_INTERVAL_S
+    from agent.hooks.torch import Profiler
+
+    clock = [100.0]
+    sender, rss = ListSender(), CountingRss()
+    prof = Profiler(job_id="j", sender=sender, level="default", layer_every=10**6, rss=rss,  # type: ignore[arg-type]
+                    perf=lambda: clock[0]).install(send_job_start=False, process_hooks=False)
+    try:
+        prof._step_start = clock[0]
+        for _ in range(60):
+            clock[0] += 0.004  # 4 ms steps
+            prof.step(samples=2)
+    finally:
+        prof.close()
+    steps = [e for e in sender.events if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == list(range(60))
+    assert all(abs(e["wall_s"] - 0.004) < 1e-9 and e["samples"] == 2 for e in steps)
+    read = [e["step"] for e in steps if "reserved_peak_bytes" in e]
+    assert read[:RSS_EVERY_STEP_UNTIL] == list(range(RSS_EVERY_STEP_UNTIL))
+    gaps = {b - a for a, b in zip(read[RSS_EVERY_STEP_UNTIL - 1:], read[RSS_EVERY_STEP_UNTIL:], strict=False)}
+    assert gaps == {round(RSS_MIN_INTERVAL_S / 0.004)}  # one reading per 20 ms: every 5th step here
+    assert rss.reads == len(read)
+    assert all(e["memory_source"] == "cpu_rss" for e in steps if "reserved_peak_bytes" in e)
+    assert all("memory_source" not in e for e in steps if "reserved_peak_bytes" not in e)
+
+
+def test_cuda_peaks_read_once_from_the_nested_stats_or_through_the_public_calls() -> None:
+    from types import SimpleNamespace
+
+    from agent.hooks.memory import CudaPeaks
+
+    calls: list[str] = []
+    stats = {"allocated_bytes": {"all": {"peak": 7, "current": 1}}, "reserved_bytes": {"all": {"peak": 9}}}
+    public = SimpleNamespace(max_memory_allocated=lambda: calls.append("alloc") or 3,
+                             max_memory_reserved=lambda: calls.append("resv") or 4,
+                             reset_peak_memory_stats=lambda: calls.append("reset"))
+    fast_c = SimpleNamespace(_cuda_getDevice=lambda: 0, _cuda_memoryStats=lambda d: calls.append(f"stats{d}") or stats,
+                             _cuda_resetPeakMemoryStats=lambda d: calls.append(f"reset{d}"))
+    assert CudaPeaks(SimpleNamespace(_C=fast_c, cuda=public)).read_and_reset() == (7, 9)
+    assert calls == ["stats0", "reset0"]
+    calls.clear()
+    assert CudaPeaks(SimpleNamespace(_C=SimpleNamespace(), cuda=public)).read_and_reset() == (3, 4)
+    assert calls == ["alloc", "resv", "reset"]
+
+
+def test_device_timer_drains_in_step_order_and_bounds_what_it_holds() -> None:
+    from types import SimpleNamespace
+
+    from agent.hooks.device_time import PENDING_MAX, DeviceTimer
+
+    class FakeEvent:
+        def __init__(self, done: bool, t_ms: float) -> None:
+            self.done, self.t_ms = done, t_ms
+
+        def query(self) -> bool:
+            return self.done
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            return end.t_ms - self.t_ms
+
+    out: list[dict[str, Any]] = []
+    timer = DeviceTimer(SimpleNamespace(_C=SimpleNamespace()), out.append)
+    start = FakeEvent(True, 0.0)
+    timer.send({"step": 0}, start, FakeEvent(True, 5.0))
+    timer.send({"step": 1}, start, FakeEvent(False, 0.0))
+    timer.send({"step": 2}, start, FakeEvent(True, 9.0))
+    timer.drain(final=False)
+    assert out == [{"step": 0, "device_s": 0.005}]  # step 2 waits behind step 1: events go out in order
+    for i in range(3, 3 + PENDING_MAX + 1):
+        timer.send({"step": i}, start, FakeEvent(False, 0.0))
+    timer.drain(final=False)
+    # 67 held: the oldest go out, device time unknown where not complete, until PENDING_MAX are left
+    assert [e["step"] for e in out] == [0, 1, 2, 3] and out[2]["device_s"] == 0.009
+    assert "device_s" not in out[1] and "device_s" not in out[3]
+    assert len(timer.pending) == PENDING_MAX
+    timer.drain(final=True)
+    assert [e["step"] for e in out] == list(range(3 + PENDING_MAX + 1))

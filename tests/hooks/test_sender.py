@@ -83,3 +83,29 @@ def test_close_is_bounded_when_collector_hangs() -> None:
     t0 = time.perf_counter()
     s.close(timeout_s=0.3)
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_posts_full_batches_then_one_partial_batch_not_a_post_per_event() -> None:
+    """A fast producer must not get a post every few events (each costs the training process CPU)."""
+    tr = FakeTransport()
+    s = EventSender(tr, batch_max=10, flush_interval_s=60)  # type: ignore[arg-type]
+    for i in range(25):
+        s.put(_step(i))
+    deadline = time.monotonic() + 5
+    while len(tr.posts) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert [len(p["events"]) for p in tr.posts] == [10, 10]  # the 5 left wait for the interval (or close)
+    s.close(timeout_s=5)
+    assert [len(p["events"]) for p in tr.posts] == [10, 10, 5]
+    assert [e["step"] for p in tr.posts for e in p["events"]] == list(range(25))
+
+
+def test_valid_batch_is_sent_as_built_without_unknown_fields() -> None:
+    tr = FakeTransport()
+    s = EventSender(tr, flush_interval_s=60)  # type: ignore[arg-type]
+    ev = {**_step(0), "samples": None, "device_s": 0.25}
+    s.put(ev)
+    s.close(timeout_s=5)
+    (sent,) = tr.posts[0]["events"]
+    assert sent == {k: v for k, v in ev.items() if v is not None}
