@@ -154,6 +154,8 @@ class NvmlDevices(Devices):
             self._reads: list[int] = []  # full readings since start (or since the GPU came back)
             self._app_clocks: list[tuple[float | None, float | None]] = []  # last read (SM, memory) MHz
             self._power_instant_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)]
+            # per slot, the 10 Hz reading as one closure over its handle and calls (see read_fast)
+            self._fast_plan: list[Callable[[], tuple[int | None, int | None]] | None] = []
             self._discover()
             self._event_set: Any = None
             self._event_slots: dict[int, int] = {}
@@ -214,6 +216,7 @@ class NvmlDevices(Devices):
         self._lost.append(False)
         self._reads.append(0)
         self._app_clocks.append((None, None))
+        self._fast_plan.append(None)
         self._v2_memory.append(hasattr(nvml, "nvmlMemory_v2"))
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         # provisional identity so that log lines of the probes below can name the GPU
@@ -337,6 +340,7 @@ class NvmlDevices(Devices):
         self._handles[slot] = handle
         self._lost[slot] = False
         self._reads[slot] = 0  # read every field at the next reading, as at start-up
+        self._fast_plan[slot] = None  # built on the old handle
         log.warning("GPU %s is back", self._ids[slot].uuid)
 
     # ------------------------------------------------------------------------------------------ interface
@@ -399,10 +403,54 @@ class NvmlDevices(Devices):
         return self._get(slot, "power_limit", self._nvml.nvmlDeviceGetEnforcedPowerLimit, self._handles[slot])
 
     def read_fast(self, slot: int) -> tuple[int | None, int | None]:
+        """10 Hz: memory used and power, nothing else. The steady state runs a closure built after a first
+        careful reading (two NVML calls, no per-field bookkeeping); any error or unusual answer falls back to the
+        careful path, which maps, logs and remembers it exactly as before (asking NVML once more)."""
         if self._lost[slot]:
             self._revive(slot)
+        plan = self._fast_plan[slot]
+        if plan is not None:
+            try:
+                return plan()
+            except Exception:  # noqa: BLE001 - the careful path below decides what the error means
+                self._fast_plan[slot] = None
         mem = self._memory_info(slot)
-        return (int(mem.used) if mem is not None else None), self._power_mw(slot)
+        power = self._power_mw(slot)
+        if mem is not None and (power is not None or self._ids[slot].power_source is None):
+            self._fast_plan[slot] = self._make_fast_plan(slot)
+        return (int(mem.used) if mem is not None else None), power
+
+    def _make_fast_plan(self, slot: int) -> Callable[[], tuple[int | None, int | None]]:
+        nvml = self._nvml
+        h = self._handles[slot]
+        mem_fn = nvml.nvmlDeviceGetMemoryInfo
+        mem_args = (h, nvml.nvmlMemory_v2) if self._v2_memory[slot] else (h,)
+        source = self._ids[slot].power_source
+        if source == _POWER_INSTANT:
+            fields_fn, ids, success, value = nvml.nvmlDeviceGetFieldValues, self._power_instant_ids, \
+                self._success, self._field_value
+
+            def instant() -> tuple[int | None, int | None]:
+                used = int(mem_fn(*mem_args).used)
+                (fv,) = fields_fn(h, ids)
+                v = value(fv) if fv.nvmlReturn == success else None
+                if v is None:
+                    raise ValueError("power field not read")  # -> the careful path
+                return used, int(v)
+
+            return instant
+        if source == _POWER_AVERAGE:
+            power_fn = nvml.nvmlDeviceGetPowerUsage
+
+            def average() -> tuple[int | None, int | None]:
+                return int(mem_fn(*mem_args).used), power_fn(h)
+
+            return average
+
+        def memory_only() -> tuple[int | None, int | None]:
+            return int(mem_fn(*mem_args).used), None
+
+        return memory_only
 
     def _due(self, n: int, slot: int, every: int) -> bool:
         """Whether a field read every `every` readings is due at reading `n` of `slot` (staggered by slot)."""

@@ -260,3 +260,20 @@ def test_cadences_fast_interval_and_slow_fields() -> None:
     assert [c.app_sm_clock_mhz[i] for i in rows[0]] == [1755.0] * 4 + [1410.0] * 4  # type: ignore[index]
     assert c.power_limit_w == [700.0] * 16 and c.temperature_c == [55.0] * 16
     assert fake.calls["nvmlDeviceGetApplicationsClock"] == 2 * (2 + 3)  # GPU 0: 0, 4; GPU 1: 0, 1, 5 (SM + memory)
+
+
+def test_fast_reading_steady_path_sees_changes_and_falls_back_on_errors() -> None:
+    fake = make_fake(1)
+    g = fake.gpus[0]
+    dev = NvmlDevices(fake)
+    assert dev.read_fast(0) == (1 << 30, 300_000)  # careful path; the steady one is built after it
+    g.memory_used_bytes, g.power_instant_mw = 5 << 30, 420_000
+    assert dev.read_fast(0) == (5 << 30, 420_000)
+    g.lost = True
+    with pytest.raises(GpuLostError):
+        dev.read_fast(0)
+    g.lost = False
+    assert dev.read_fast(0) == (5 << 30, 420_000)  # handle back by UUID
+    g.unsupported.add("power_instant")  # the field stops answering: null power, memory still read
+    assert dev.read_fast(0) == (5 << 30, None)
+    assert dev.read_fast(0) == (5 << 30, None)
