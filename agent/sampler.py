@@ -6,6 +6,18 @@ Two cadences:
   missed (`memory_used_max_bytes`, `power_max_w`);
 - `sample()` (every `interval_s`) takes a full reading of every GPU, closes the interval's mean/max, lists the
   GPU processes and attributes them to jobs.
+Cadence of each shipped field (the device layer decides what it reads when: agent/devices/nvml.py):
+- 10 Hz (`read_fast`), aggregated over the interval: memory_used_bytes (mean), memory_used_max_bytes,
+  power_w (mean), power_max_w;
+- every interval (`read`): memory_total_bytes, memory_reserved_bytes, gpu_util_pct, mem_util_pct,
+  temperature_c, sm_clock_mhz, mem_clock_mhz, throttle_reasons, nvlink_tx/rx_bytes_per_s (counter deltas
+  between readings), ecc_corrected/uncorrected_total, power_limit_w, xid_last, and the processes;
+- every 30th interval of a GPU (staggered across GPUs; the first reading too), null in the rows between:
+  energy_counter_j and pcie_tx/rx_bytes_per_s, the two expensive calls (a counter or rate from another
+  reading would be wrong for the row's timestamp, so it is not repeated);
+- every 60th interval: app_sm_clock_mhz and app_mem_clock_mhz (set by administrators, ~1 ms per call); every
+  row carries the value last read, at most 60 intervals old.
+
 `make_batch()` turns the rows gathered since the last batch into one validated SampleBatch. A row that fails
 validation (a process whose job id is not one, from a device layer or a recording) is dropped, counted in
 `dropped_rows_total` (shipped with every later batch) and logged once per field: one bad row never costs the batch,
@@ -59,6 +71,10 @@ class _Interval:
     pow_n: int = 0
     pow_max: int | None = None
 
+    def reset(self) -> None:
+        self.mem_sum = self.mem_n = self.pow_sum = self.pow_n = 0
+        self.mem_max = self.pow_max = None
+
     def add(self, mem: int | None, power_mw: int | None) -> None:
         if mem is not None:
             self.mem_sum += mem
@@ -80,6 +96,10 @@ class _Pending:
     values: dict[str, list[Any]] = field(default_factory=lambda: {name: [] for name, _ in SAMPLE_FIELDS})
     procs: dict[str, list[Any]] = field(default_factory=lambda: {
         k: [] for k in ("ts", "gpu_uuid", "pid", "used_memory_bytes", "job_id", "attribution")})
+
+
+def _scaled(v: float | int | None, factor: float) -> float | None:
+    return None if v is None else v * factor
 
 
 def _clean(name: str, value: float | int | None) -> float | int | None:
@@ -108,6 +128,7 @@ class Sampler:
         self._dropped_fields_logged: set[str] = set()
         self._gpus = devices.gpus()
         self._intervals = [_Interval() for _ in self._gpus]
+        self._spare = [_Interval() for _ in self._gpus]  # swapped with _intervals at each full reading
         self._healthy = [True] * len(self._gpus)
         self._xid_last: list[int | None] = [None] * len(self._gpus)
         self._pending = _Pending()
@@ -157,7 +178,10 @@ class Sampler:
         pend = self._pending
         live_pids: set[int] = set()
         for slot, gpu in enumerate(self._gpus):
-            acc, self._intervals[slot] = self._intervals[slot], _Interval()
+            # the interval closes: its accumulator is this row's, the spare (reset) takes the next ticks
+            acc, nxt = self._intervals[slot], self._spare[slot]
+            nxt.reset()
+            self._intervals[slot], self._spare[slot] = nxt, acc
             try:
                 reading: GpuReading | None = self.devices.read(slot)
                 self._mark(slot, True)
@@ -174,7 +198,8 @@ class Sampler:
             pend.healthy.append(reading is not None or self._healthy[slot])
             row = self._row(slot, reading, acc)
             for name, col in pend.values.items():
-                col.append(_clean(name, row.get(name)))
+                v = row.get(name)
+                col.append(None if v is None else _clean(name, v))
             if reading is None:
                 continue
             try:
@@ -204,10 +229,7 @@ class Sampler:
         acc.add(r.memory_used_bytes, r.power_mw)
         mem_mean = acc.mem_sum // acc.mem_n if acc.mem_n else None
         pow_mean = acc.pow_sum / acc.pow_n / 1000 if acc.pow_n else None
-
-        def scaled(v: float | int | None, factor: float) -> float | None:
-            return None if v is None else v * factor
-
+        scaled = _scaled
         return {
             "memory_used_bytes": mem_mean,
             "memory_used_max_bytes": acc.mem_max,

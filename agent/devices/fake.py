@@ -1,20 +1,29 @@
-"""A test double for the whole `pynvml` module (Zeus style), with realistic per-call latencies.
+"""A test double for the whole `pynvml` module (Zeus style), with per-call latencies measured on an H100.
 
 `NvmlDevices(FakeNvml(...))` runs the real NVML code path on a machine without a GPU: the unit tests use it
 with zero latency, the overhead benchmark with `DEFAULT_LATENCIES_S`. Error classes and constants are the
 real `pynvml` ones (pure Python; importing pynvml loads no library until nvmlInit), so the error mapping is
 tested against what the driver raises.
 
-Latency model: each call takes its latency, of which `cpu_fraction` is spent spinning to stand for the
-kernel time of the ioctl (it shows in the process's CPU time, as real NVML system time does) and the rest
-sleeping (remainders under 0.2 ms are not slept: see `_cost`).
-`nvmlDeviceGetPcieThroughput` samples for 20 ms inside the driver (documented NVML behaviour): all sleep.
-The sub-millisecond figures are assumptions in the range reported for datacenter GPUs with a persistence
-daemon; measure and replace them on a real GPU (`bench/agent_overhead.py --source nvml`).
+Latencies (`DEFAULT_LATENCIES_S`): the medians of 200 calls on an NVIDIA H100 80GB HBM3, driver 580.159.04,
+in bench/results/nvml_probe_h100.json (`bench/nvml_probe.py`). Calls that file does not cover were timed the
+same way on the same H100 and driver with a throw-away probe (time.perf_counter and time.thread_time around
+each call): nvmlDeviceGetFieldValues (one call, its cost by field: `FIELD_LATENCIES_S`),
+nvmlDeviceGetEnforcedPowerLimit, nvmlDeviceGetGraphicsRunningProcesses and nvmlEventSetWait. The calls in
+neither (nvmlInit, UUID, name, PCI info, MIG queries, power-limit constraints) keep the assumed
+`DEFAULT_LATENCY_S` / 0.3 s of nvmlInit: unmeasured.
+
+Latency model: each call takes its latency, of which a share is spent spinning (on the thread's CPU clock)
+to stand for the CPU time of the ioctl (it shows in the process's CPU time, as real NVML system time does)
+and the rest sleeping (remainders under 0.2 ms are not slept: see `_cost`). The share is `CPU_FRACTIONS`
+where measured on the H100 (thread CPU time / wall time: ~1.0 for every call, i.e. the driver computes rather
+than waits, even the 3 ms energy counter; 0.036 for nvmlDeviceGetPcieThroughput, which waits 20 ms inside
+the driver for its sampling window), else the constructor's `cpu_fraction`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -24,22 +33,47 @@ from typing import Any
 
 import pynvml as _real
 
-DEFAULT_LATENCY_S = 25e-6
+DEFAULT_LATENCY_S = 25e-6  # assumed, for the calls nobody measured
 DEFAULT_LATENCIES_S: dict[str, float] = {
-    "nvmlInit": 0.3,
-    "nvmlDeviceGetComputeRunningProcesses": 150e-6,
-    "nvmlDeviceGetGraphicsRunningProcesses": 100e-6,
-    "nvmlDeviceGetFieldValues": 40e-6,
-    "nvmlDeviceGetPcieThroughput": 20e-3,
-    "nvmlDeviceGetMemoryInfo": 15e-6,
-    "nvmlDeviceGetUtilizationRates": 20e-6,
-    "nvmlDeviceGetPowerUsage": 30e-6,
-    "nvmlDeviceGetTemperature": 10e-6,
-    "nvmlEventSetWait": 10e-6,
+    "nvmlInit": 0.3,  # assumed (not measured)
+    # bench/results/nvml_probe_h100.json (H100 80GB HBM3, driver 580.159.04): medians
+    "nvmlDeviceGetMemoryInfo": 8.0e-6,
+    "nvmlDeviceGetPowerUsage": 1.8e-6,
+    "nvmlDeviceGetTotalEnergyConsumption": 3011e-6,  # p95 7.3 ms
+    "nvmlDeviceGetUtilizationRates": 2.0e-6,
+    "nvmlDeviceGetClockInfo": 2.5e-6,
+    "nvmlDeviceGetTemperature": 2.4e-6,
+    "nvmlDeviceGetCurrentClocksEventReasons": 2.1e-6,
+    "nvmlDeviceGetComputeRunningProcesses": 11.9e-6,
+    "nvmlDeviceGetPowerManagementLimit": 140e-6,  # the agent does not call it (it reads the enforced limit)
+    "nvmlDeviceGetApplicationsClock": 975e-6,
+    "nvmlDeviceGetPcieThroughput": 20964e-6,  # the driver's 20 ms sampling window
+    "nvmlDeviceGetTotalEccErrors": 2.0e-6,
+    "nvmlDeviceGetRemappedRows": 2.0e-6,  # the agent does not call it; nvmlDeviceGetRetiredPages: NotSupported
+    # same H100 and driver, timed by the throw-away CPU probe (not in the results file)
+    "nvmlDeviceGetEnforcedPowerLimit": 2.1e-6,
+    "nvmlDeviceGetGraphicsRunningProcesses": 7.2e-6,
+    "nvmlEventSetWait": 3.2e-6,
+    "nvmlDeviceGetFieldValues": 4.9e-6,  # one field (POWER_INSTANT); plus FIELD_LATENCIES_S per field asked
+}
+# nvmlDeviceGetFieldValues, H100 / 580.159.04 (CPU probe): the call costs what its most expensive fields cost.
+# ENERGY alone 2944 us (the same as nvmlDeviceGetTotalEnergyConsumption), ECC SBE+DBE 7.7 us: extra seconds
+# when the field is among those asked, beyond the call's own `nvmlDeviceGetFieldValues` latency. NVLink
+# counters: that H100 has no NVLink (NOT_SUPPORTED; asking for 18 links x TX+RX took 66 us), so they add
+# nothing here: unmeasured.
+FIELD_LATENCIES_S: dict[int, float] = {
+    _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 2939e-6,
+    _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: 1.5e-6,
+}
+# Measured CPU time / wall time of a call (H100 / 580.159.04, CPU probe); other calls: `cpu_fraction`.
+CPU_FRACTIONS: dict[str, float] = {
+    "nvmlInit": 0.0,  # assumed: mostly waiting for the driver
+    "nvmlDeviceGetPcieThroughput": 0.036,  # 0.75 ms of CPU in 20.8 ms
+    **{name: 1.0 for name in DEFAULT_LATENCIES_S if name not in ("nvmlInit", "nvmlDeviceGetPcieThroughput")},
 }
 _MIN_SLEEP_S = 200e-6
 _CONSTANT_PREFIXES = ("NVML_", "nvmlEventType", "nvmlMemory_", "nvmlFlag")
-_SLEEP_ONLY = frozenset({"nvmlDeviceGetPcieThroughput", "nvmlInit"})
 
 
 @dataclass
@@ -94,10 +128,27 @@ class _Handle:
         self.gpu = gpu
 
 
-def _fv(field_id: int, scope: int, ret: int, value: int | None) -> SimpleNamespace:
-    return SimpleNamespace(fieldId=field_id, scopeId=scope, nvmlReturn=ret,
-                           valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                           value=SimpleNamespace(ullVal=value or 0))
+class _Value:
+    __slots__ = ("ullVal",)
+
+    def __init__(self, value: int) -> None:
+        self.ullVal = value
+
+
+class _FieldValue:
+    """nvmlFieldValue_t as pynvml returns it (the members the agent reads). Slotted: the double's own Python
+    should cost little next to the latencies it simulates, which already include pynvml's (measured from Python)."""
+
+    __slots__ = ("fieldId", "scopeId", "nvmlReturn", "valueType", "value")
+    valueType: int
+
+    def __init__(self, field_id: int, scope: int, ret: int, value: int | None) -> None:
+        self.fieldId, self.scopeId, self.nvmlReturn = field_id, scope, ret
+        self.valueType = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+        self.value = _Value(value or 0)
+
+
+_fv = _FieldValue
 
 
 class FakeNvml:
@@ -106,12 +157,16 @@ class FakeNvml:
     NVMLError = _real.NVMLError
 
     def __init__(self, gpus: list[FakeGpu], *, latencies_s: dict[str, float] | None = None,
-                 default_latency_s: float = 0.0, cpu_fraction: float = 0.5, driver_version: str = "550.54.15",
+                 default_latency_s: float = 0.0, cpu_fraction: float = 0.5,
+                 cpu_fractions: dict[str, float] | None = None, field_latencies_s: dict[int, float] | None = None,
+                 driver_version: str = "550.54.15",
                  cuda_version: int = 12040, nvml_version: str = "12.550.54.15"):
         self.gpus = gpus
         self.latencies_s = latencies_s or {}
         self.default_latency_s = default_latency_s
         self.cpu_fraction = cpu_fraction
+        self.cpu_fractions = cpu_fractions or {}
+        self.field_latencies_s = field_latencies_s or {}
         self.driver_version = driver_version
         self.cuda_version = cuda_version
         self.nvml_version = nvml_version
@@ -127,11 +182,17 @@ class FakeNvml:
 
     @classmethod
     def with_gpus(cls, n: int, *, realistic: bool = False, **kw: Any) -> FakeNvml:
+        """`n` GPUs with one compute process each. `realistic`: the H100 latencies, and the process is this
+        one (a pid that exists, as a job's does on a real node, so that the attribution's /proc lookups take
+        their steady-state path: one cached stat read per process and interval), else pid 10000 + i."""
+        pids = [os.getpid()] * n if realistic else [10_000 + i for i in range(n)]
         gpus = [FakeGpu(uuid=f"GPU-fake{i:04d}-0000-0000-0000-000000000000", pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
-                        compute_processes=[(10_000 + i, 20 << 30)]) for i in range(n)]
+                        compute_processes=[(pids[i], 20 << 30)]) for i in range(n)]
         if realistic:
             kw.setdefault("latencies_s", DEFAULT_LATENCIES_S)
             kw.setdefault("default_latency_s", DEFAULT_LATENCY_S)
+            kw.setdefault("cpu_fractions", CPU_FRACTIONS)
+            kw.setdefault("field_latencies_s", FIELD_LATENCIES_S)
         return cls(gpus, **kw)
 
     # ------------------------------------------------------------------------------------------ helpers
@@ -140,22 +201,24 @@ class FakeNvml:
         """Inject an XID event on a physical GPU."""
         self._events.append((gpu_position, xid))
 
-    def _cost(self, name: str) -> None:
+    def _cost(self, name: str, extra_s: float = 0.0) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
-        latency = self.latencies_s.get(name, self.default_latency_s)
+        latency = self.latencies_s.get(name, self.default_latency_s) + extra_s
         if latency <= 0:
             return
-        spin = 0.0 if name in _SLEEP_ONLY else latency * self.cpu_fraction
-        end = time.perf_counter() + spin
-        while time.perf_counter() < end:
+        spin = latency * self.cpu_fractions.get(name, self.cpu_fraction)
+        # spin on this thread's CPU clock, not the wall clock: on a busy machine a preempted spin would
+        # otherwise charge less CPU than the call costs
+        end = time.thread_time() + spin
+        while time.thread_time() < end:
             pass
         # A real call is one ioctl; a nanosleep for a few microseconds would add a second syscall and a
         # context switch the real thing does not pay, so short off-CPU remainders are not simulated.
         if latency - spin >= _MIN_SLEEP_S:
             time.sleep(latency - spin)
 
-    def _check(self, name: str, handle: _Handle, feature: str | None = None) -> FakeGpu:
-        self._cost(name)
+    def _check(self, name: str, handle: _Handle, feature: str | None = None, extra_s: float = 0.0) -> FakeGpu:
+        self._cost(name, extra_s)
         if not self.initialised:
             raise _real.NVMLError(_real.NVML_ERROR_UNINITIALIZED)
         gpu = handle.gpu
@@ -254,13 +317,21 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:
         return self._check("nvmlDeviceGetTotalEnergyConsumption", h, "energy").energy_mj
 
-    def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[Any]) -> list[SimpleNamespace]:
-        g = self._check("nvmlDeviceGetFieldValues", h)
+    def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[Any]) -> list[_FieldValue]:
+        costs = self.field_latencies_s
+        extra = sum(cost for fid, cost in costs.items() if fid in field_ids) if costs else 0.0  # (per field kind)
+        g = self._check("nvmlDeviceGetFieldValues", h, extra_s=extra)
         ok, unsupported = _real.NVML_SUCCESS, _real.NVML_ERROR_NOT_SUPPORTED
         out = []
+        tx_id, rx_id = _real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+        per_link = max(1, g.nvlink_links)
         for f in field_ids:
             fid, scope = f if isinstance(f, tuple) else (f, 0)
-            if fid == _real.NVML_FI_DEV_POWER_INSTANT:
+            if fid == tx_id:  # the most numerous (one per link): first
+                out.append(_fv(fid, scope, ok, g.nvlink_tx_kib // per_link))
+            elif fid == rx_id:
+                out.append(_fv(fid, scope, ok, g.nvlink_rx_kib // per_link))
+            elif fid == _real.NVML_FI_DEV_POWER_INSTANT:
                 bad = "power_instant" in g.unsupported or g.is_mig
                 out.append(_fv(fid, scope, unsupported if bad else ok,
                                g.power_mw if g.power_instant_mw is None else g.power_instant_mw))
@@ -273,10 +344,6 @@ class FakeNvml:
                                g.ecc_corrected if fid == _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL else g.ecc_uncorrected))
             elif fid == _real.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 out.append(_fv(fid, scope, unsupported if g.nvlink_links == 0 else ok, g.nvlink_links))
-            elif fid == _real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
-                out.append(_fv(fid, scope, ok, g.nvlink_tx_kib // max(1, g.nvlink_links)))
-            elif fid == _real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
-                out.append(_fv(fid, scope, ok, g.nvlink_rx_kib // max(1, g.nvlink_links)))
             else:
                 out.append(_fv(fid, scope, unsupported, None))
         return out

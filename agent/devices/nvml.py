@@ -7,6 +7,20 @@ exceptions of `agent.devices.base` in `map_nvml_error`; nothing above this modul
 
 The `nvml` constructor argument takes the whole module, so tests and the benchmark pass the test double of
 `agent.devices.fake` (Zeus style: no GPU needed).
+
+Cadences (what each call costs on an H100, driver 580.159.04: bench/results/nvml_probe_h100.json and
+agent/devices/fake.py; nearly all of it is CPU time of the driver, not waiting):
+- `read_fast` (10 Hz, the peak loop): memory used (8 us) and power (2-5 us), nothing else;
+- `read` (every shipping interval): utilization, temperature, SM/memory clocks, clock event reasons, the
+  enforced power limit (2 us), ECC totals, NVLink counters and processes: each a few microseconds;
+- every `slow_every` readings of a GPU (default 30), staggered across GPUs so that a pass reads at most one
+  GPU's slow fields (with up to 30 GPUs), and at the first reading (and the first after a lost GPU is back):
+  the energy counter (~3 ms of driver CPU per GPU, even through nvmlDeviceGetFieldValues) and PCIe
+  throughput (20 ms of driver sampling per direction, 0.75 ms of it CPU). In between both are null ("not
+  read this interval"): a counter or rate repeated from an earlier reading would be wrong for the row's
+  timestamp;
+- every `static_every` readings (default 60): the application clocks (~1 ms each, they change only when an
+  administrator sets them); the value last read is sent on every row.
 """
 
 from __future__ import annotations
@@ -43,6 +57,9 @@ _UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATC
 _UNAVAILABLE = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION", "LIB_RM_VERSION_MISMATCH")
 _POWER_INSTANT = "field:NVML_FI_DEV_POWER_INSTANT"
 _POWER_AVERAGE = "nvmlDeviceGetPowerUsage"  # a 1-s average on A100/H100, instantaneous on older GPUs
+SLOW_EVERY = 30  # energy counter, PCIe throughput: readings of a GPU between two reads
+STATIC_EVERY = 60  # application clocks
+_SLOW_FIELDS = frozenset({"energy"})  # the _SCALAR_FIELDS read only when the slow fields are due
 # scalar fields read with nvmlDeviceGetFieldValues: (name for logs, NVML constant, GpuReading attribute)
 _SCALAR_FIELDS = (
     ("energy", "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj"),  # mJ since driver load, Volta+
@@ -102,7 +119,8 @@ class NvmlDevices(Devices):
     source: SampleSource = "nvml"
 
     def __init__(self, nvml: Any = None, *, xid_events: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, slow_every: int = SLOW_EVERY,
+                 static_every: int = STATIC_EVERY):
         # `nvml`: the pynvml module or a test double of it (untyped: pynvml ships no type hints)
         if nvml is None:
             try:
@@ -112,6 +130,8 @@ class NvmlDevices(Devices):
             nvml = pynvml
         self._nvml = nvml
         self._clock = clock
+        self._slow_every = max(1, slow_every)
+        self._static_every = max(1, static_every)
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
         self._lost_codes = _codes(nvml, _LOST)
         self._field_value = value_reader(nvml)
@@ -131,6 +151,11 @@ class NvmlDevices(Devices):
             self._v2_memory: list[bool] = []
             self._nvlink_fields: list[list[tuple[int, int]]] = []
             self._lost: list[bool] = []
+            self._reads: list[int] = []  # full readings since start (or since the GPU came back)
+            self._app_clocks: list[tuple[float | None, float | None]] = []  # last read (SM, memory) MHz
+            self._power_instant_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)]
+            # per slot, the 10 Hz reading as one closure over its handle and calls (see read_fast)
+            self._fast_plan: list[Callable[[], tuple[int | None, int | None]] | None] = []
             self._discover()
             self._event_set: Any = None
             self._event_slots: dict[int, int] = {}
@@ -189,6 +214,9 @@ class NvmlDevices(Devices):
         slot = len(self._handles)
         self._handles.append(handle)
         self._lost.append(False)
+        self._reads.append(0)
+        self._app_clocks.append((None, None))
+        self._fast_plan.append(None)
         self._v2_memory.append(hasattr(nvml, "nvmlMemory_v2"))
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         # provisional identity so that log lines of the probes below can name the GPU
@@ -311,6 +339,8 @@ class NvmlDevices(Devices):
             raise GpuLostError(slot, f"still lost: {exc}") from None
         self._handles[slot] = handle
         self._lost[slot] = False
+        self._reads[slot] = 0  # read every field at the next reading, as at start-up
+        self._fast_plan[slot] = None  # built on the old handle
         log.warning("GPU %s is back", self._ids[slot].uuid)
 
     # ------------------------------------------------------------------------------------------ interface
@@ -327,7 +357,7 @@ class NvmlDevices(Devices):
         source = self._ids[slot].power_source
         if source == _POWER_INSTANT:
             values = self._get(slot, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
-                               [nvml.NVML_FI_DEV_POWER_INSTANT])
+                               self._power_instant_ids)
             if values and values[0].nvmlReturn == nvml.NVML_SUCCESS:
                 v = self._field_value(values[0])
                 return int(v) if v is not None else None
@@ -373,10 +403,58 @@ class NvmlDevices(Devices):
         return self._get(slot, "power_limit", self._nvml.nvmlDeviceGetEnforcedPowerLimit, self._handles[slot])
 
     def read_fast(self, slot: int) -> tuple[int | None, int | None]:
+        """10 Hz: memory used and power, nothing else. The steady state runs a closure built after a first
+        careful reading (two NVML calls, no per-field bookkeeping); any error or unusual answer falls back to the
+        careful path, which maps, logs and remembers it exactly as before (asking NVML once more)."""
         if self._lost[slot]:
             self._revive(slot)
+        plan = self._fast_plan[slot]
+        if plan is not None:
+            try:
+                return plan()
+            except Exception:  # noqa: BLE001 - the careful path below decides what the error means
+                self._fast_plan[slot] = None
         mem = self._memory_info(slot)
-        return (int(mem.used) if mem is not None else None), self._power_mw(slot)
+        power = self._power_mw(slot)
+        if mem is not None and (power is not None or self._ids[slot].power_source is None):
+            self._fast_plan[slot] = self._make_fast_plan(slot)
+        return (int(mem.used) if mem is not None else None), power
+
+    def _make_fast_plan(self, slot: int) -> Callable[[], tuple[int | None, int | None]]:
+        nvml = self._nvml
+        h = self._handles[slot]
+        mem_fn = nvml.nvmlDeviceGetMemoryInfo
+        mem_args = (h, nvml.nvmlMemory_v2) if self._v2_memory[slot] else (h,)
+        source = self._ids[slot].power_source
+        if source == _POWER_INSTANT:
+            fields_fn, ids, success, value = nvml.nvmlDeviceGetFieldValues, self._power_instant_ids, \
+                self._success, self._field_value
+
+            def instant() -> tuple[int | None, int | None]:
+                used = int(mem_fn(*mem_args).used)
+                (fv,) = fields_fn(h, ids)
+                v = value(fv) if fv.nvmlReturn == success else None
+                if v is None:
+                    raise ValueError("power field not read")  # -> the careful path
+                return used, int(v)
+
+            return instant
+        if source == _POWER_AVERAGE:
+            power_fn = nvml.nvmlDeviceGetPowerUsage
+
+            def average() -> tuple[int | None, int | None]:
+                return int(mem_fn(*mem_args).used), power_fn(h)
+
+            return average
+
+        def memory_only() -> tuple[int | None, int | None]:
+            return int(mem_fn(*mem_args).used), None
+
+        return memory_only
+
+    def _due(self, n: int, slot: int, every: int) -> bool:
+        """Whether a field read every `every` readings is due at reading `n` of `slot` (staggered by slot)."""
+        return n == 0 or n % every == slot % every
 
     def read(self, slot: int) -> GpuReading:
         if self._lost[slot]:
@@ -384,7 +462,11 @@ class NvmlDevices(Devices):
         nvml = self._nvml
         h = self._handles[slot]
         g = self._get
+        n = self._reads[slot]
+        self._reads[slot] = n + 1
+        slow = self._due(n, slot, self._slow_every)
         r = GpuReading()
+        # every interval: a few microseconds each
         mem = self._memory_info(slot)
         if mem is not None:
             r.memory_used_bytes = int(mem.used)
@@ -396,7 +478,7 @@ class NvmlDevices(Devices):
             r.mem_util_pct = float(util.memory)
         if self._ids[slot].power_source == _POWER_AVERAGE:
             r.power_mw = g(slot, "power", nvml.nvmlDeviceGetPowerUsage, h)
-        self._read_fields(slot, r)  # energy, ECC, instantaneous power, NVLink
+        self._read_fields(slot, r, energy=slow)  # ECC, instantaneous power, NVLink; energy when slow-due
         temp = g(slot, "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
         r.temperature_c = float(temp) if temp is not None else None
         sm = g(slot, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
@@ -406,27 +488,37 @@ class NvmlDevices(Devices):
         reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) \
             or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         r.throttle_reasons = g(slot, "throttle_reasons", reasons_fn, h)
-        # nvmlDeviceGetPcieThroughput samples for 20 ms inside the driver (wall time, not CPU)
-        tx = g(slot, "pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
-        r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
-        r.pcie_rx_kib_per_s = float(rx) if rx is not None else None
-        if self._ids[slot].mig_parent_uuid is None:  # a MIG device has no power limit or clocks of its own
-            r.power_limit_mw = g(slot, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
-            app_sm = g(slot, "app_sm_clock", nvml.nvmlDeviceGetApplicationsClock, h, nvml.NVML_CLOCK_SM)
-            r.app_sm_clock_mhz = float(app_sm) if app_sm is not None else None
-            app_mem = g(slot, "app_mem_clock", nvml.nvmlDeviceGetApplicationsClock, h, nvml.NVML_CLOCK_MEM)
-            r.app_mem_clock_mhz = float(app_mem) if app_mem is not None else None
+        physical = self._ids[slot].mig_parent_uuid is None  # a MIG device has no power limit or clocks of its own
+        if physical:
+            r.power_limit_mw = g(slot, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)  # 2 us
+        # every `slow_every` readings: PCIe throughput samples for 20 ms inside the driver per direction; null
+        # in between (a rate over another 20 ms window is not this row's)
+        if slow:
+            tx = g(slot, "pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
+            rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
+            r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
+            r.pcie_rx_kib_per_s = float(rx) if rx is not None else None
+        # every `static_every` readings: application clocks (~1 ms each); the last value read on every row
+        if physical:
+            if self._due(n, slot, self._static_every):
+                app_sm = g(slot, "app_sm_clock", nvml.nvmlDeviceGetApplicationsClock, h, nvml.NVML_CLOCK_SM)
+                app_mem = g(slot, "app_mem_clock", nvml.nvmlDeviceGetApplicationsClock, h, nvml.NVML_CLOCK_MEM)
+                self._app_clocks[slot] = (float(app_sm) if app_sm is not None else None,
+                                          float(app_mem) if app_mem is not None else None)
+            r.app_sm_clock_mhz, r.app_mem_clock_mhz = self._app_clocks[slot]
         return r
 
-    def _read_fields(self, slot: int, r: GpuReading) -> None:
-        """Energy, ECC totals, instantaneous power and the NVLink counters in one nvmlDeviceGetFieldValues
-        call (one ioctl instead of 2N+4). A field the GPU lacks is null, logged once, and not asked again."""
+    def _read_fields(self, slot: int, r: GpuReading, *, energy: bool = True) -> None:
+        """ECC totals, instantaneous power, the NVLink counters and (`energy`) the energy counter in one
+        nvmlDeviceGetFieldValues call (one ioctl instead of 2N+4). The energy field alone costs ~3 ms of
+        driver CPU on an H100, hence `energy` only every `slow_every` readings. A field the GPU lacks is null,
+        logged once, and not asked again."""
         nvml = self._nvml
         if self._ids[slot].mig_parent_uuid is not None:
             return  # energy, ECC and NVLink are the parent GPU's
         scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
                    if (slot, name) not in self._skip and hasattr(nvml, const)
+                   and (energy or name not in _SLOW_FIELDS)
                    and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)]
         links = [] if (slot, "nvlink") in self._skip else self._nvlink_fields[slot]
         ids: list[Any] = [fid for _, _, fid in scalars] + links

@@ -95,7 +95,7 @@ def test_unsupported_field_is_null_logged_once_and_not_asked_again(caplog: pytes
     fake = make_fake(2)
     fake.gpus[1].unsupported = {"nvmlDeviceGetPcieThroughput", "energy", "power_instant", "ecc"}
     fake.gpus[1].nvlink_links = 0
-    dev = NvmlDevices(fake)
+    dev = NvmlDevices(fake, slow_every=1)  # PCIe and energy at every reading
     assert dev.gpus()[1].power_source == "nvmlDeviceGetPowerUsage"  # falls back from the instant field
     s = sampler_for(dev)
     with caplog.at_level(logging.INFO, logger="agent.devices.nvml"):
@@ -218,7 +218,7 @@ def test_every_sample_carries_the_enforced_power_limit_and_application_clocks() 
     fake = make_fake(2)
     a, b = fake.gpus
     b.unsupported.add("nvmlDeviceGetApplicationsClock")
-    s = sampler_for(NvmlDevices(fake))
+    s = sampler_for(NvmlDevices(fake, static_every=1))
     s.sample()
     a.power_limit_mw = 450_000  # capped between two readings
     a.app_sm_clock_mhz = 1410
@@ -229,3 +229,51 @@ def test_every_sample_carries_the_enforced_power_limit_and_application_clocks() 
     assert c.power_limit_w == [700.0, 700.0, 450.0, 700.0]  # mW -> W at the edge
     assert c.app_sm_clock_mhz == [1755.0, None, 1410.0, None]  # unsupported on GPU b: null, the sample stays
     assert c.app_mem_clock_mhz == [2619.0, None, 2619.0, None]
+
+
+def test_cadences_fast_interval_and_slow_fields() -> None:
+    """10 Hz: memory and power only. Every reading: the cheap fields and the enforced limit. Every
+    `slow_every` readings (staggered by GPU, and at the first): energy and PCIe, null in between. Every
+    `static_every`: application clocks, the last value read on every row."""
+    fake = make_fake(2)
+    dev = NvmlDevices(fake, slow_every=3, static_every=4)
+    before = dict(fake.calls)
+    for _ in range(5):
+        dev.read_fast(0)
+        dev.read_fast(1)
+    fast = {k: v - before.get(k, 0) for k, v in fake.calls.items() if v != before.get(k, 0)}
+    assert fast == {"nvmlDeviceGetMemoryInfo": 10, "nvmlDeviceGetFieldValues": 10}  # power: the instant field
+    s = sampler_for(dev)
+    a = fake.gpus[0]
+    for i in range(8):
+        if i == 2:
+            a.app_sm_clock_mhz = 1410  # set by an administrator: seen at the next refresh (reading 4 of GPU 0)
+        s.sample()
+    c = s.make_batch().samples  # type: ignore[union-attr]
+    rows = range(0, 16, 2), range(1, 16, 2)
+    energy = [[c.energy_counter_j[i] for i in r] for r in rows]  # type: ignore[index]
+    pcie = [[c.pcie_tx_bytes_per_s[i] for i in r] for r in rows]  # type: ignore[index]
+    # GPU 0: readings 0, 3, 6; GPU 1: 0 (the first), 1, 4, 7
+    assert energy == [[1000.0, None, None, 1000.0, None, None, 1000.0, None],
+                      [1000.0, 1000.0, None, None, 1000.0, None, None, 1000.0]]
+    assert pcie == [[1024000.0 if v is not None else None for v in row] for row in energy]
+    assert [c.app_sm_clock_mhz[i] for i in rows[0]] == [1755.0] * 4 + [1410.0] * 4  # type: ignore[index]
+    assert c.power_limit_w == [700.0] * 16 and c.temperature_c == [55.0] * 16
+    assert fake.calls["nvmlDeviceGetApplicationsClock"] == 2 * (2 + 3)  # GPU 0: 0, 4; GPU 1: 0, 1, 5 (SM + memory)
+
+
+def test_fast_reading_steady_path_sees_changes_and_falls_back_on_errors() -> None:
+    fake = make_fake(1)
+    g = fake.gpus[0]
+    dev = NvmlDevices(fake)
+    assert dev.read_fast(0) == (1 << 30, 300_000)  # careful path; the steady one is built after it
+    g.memory_used_bytes, g.power_instant_mw = 5 << 30, 420_000
+    assert dev.read_fast(0) == (5 << 30, 420_000)
+    g.lost = True
+    with pytest.raises(GpuLostError):
+        dev.read_fast(0)
+    g.lost = False
+    assert dev.read_fast(0) == (5 << 30, 420_000)  # handle back by UUID
+    g.unsupported.add("power_instant")  # the field stops answering: null power, memory still read
+    assert dev.read_fast(0) == (5 << 30, None)
+    assert dev.read_fast(0) == (5 << 30, None)
