@@ -52,7 +52,14 @@ def trapezoid_j(ts: np.ndarray, power_w: np.ndarray) -> float:
 
 def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.ndarray, *,
                     max_power_gap_s: float | None = None) -> EnergyIntervals:
-    """Energy per sampling interval: counter delta where the counter is sane, else the trapezoid of power.
+    """Energy per sampling interval: from the hardware counter where it brackets the interval, else the trapezoid
+    of power.
+
+    The agent reads the counter on some rows only (it costs ~3 ms of driver CPU per GPU: every 30th reading; see
+    agent/sampler.py), so a counter delta spans the intervals between two readings. That delta is exact; it is
+    shared out over those intervals in proportion to their power trapezoids (by duration where a power reading
+    is missing), so each interval's energy adds up to the counter's and is marked as from the counter. A delta
+    that goes down (a counter reset) is not used: its intervals fall back to power.
 
     `max_power_gap_s`: an interval longer than this has no power-integrated energy (unknown, not guessed):
     power sampled before and after an outage says nothing about the outage. Counter deltas are exact across
@@ -65,14 +72,34 @@ def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.nd
         e = np.empty(0)
         return EnergyIntervals(e, e.astype(bool), e.astype(bool))
     dt = np.diff(ts)
-    d_counter = np.diff(counter)
-    with np.errstate(invalid="ignore"):
-        counter_ok = ~np.isnan(d_counter) & (d_counter >= 0)
     trap = 0.5 * (power[1:] + power[:-1]) * dt
+    n = dt.size
+    energy_c = np.full(n, np.nan)
+    counter_ok = np.zeros(n, dtype=bool)
+    known = np.flatnonzero(~np.isnan(counter))
+    if known.size >= 2:
+        # interval i lies between rows i and i+1: bracketed by the last reading at or before row i (segment k)
+        # and the next reading, known[k + 1]
+        seg = np.searchsorted(known, np.arange(n), side="right") - 1
+        inside = (seg >= 0) & (seg < known.size - 1)
+        seg_c = np.clip(seg, 0, known.size - 2)
+        delta = counter[known[1:]] - counter[known[:-1]]  # per segment
+        ok = inside & (delta[seg_c] >= 0)
+        if ok.any():
+            segments = known.size - 1
+            no_power = np.bincount(seg_c[ok], weights=np.isnan(trap[ok]).astype(float), minlength=segments) > 0
+            weight = np.where(no_power[seg_c] | np.isnan(trap), dt, trap)
+            weight = np.where(ok, np.maximum(weight, 0.0), 0.0)
+            totals = np.bincount(seg_c[ok], weights=weight[ok], minlength=segments)
+            spans = np.bincount(seg_c[ok], weights=dt[ok], minlength=segments)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = np.where(totals[seg_c] > 0, weight / totals[seg_c], dt / spans[seg_c])
+            energy_c = np.where(ok, delta[seg_c] * share, np.nan)
+            counter_ok = ok & ~np.isnan(energy_c)
     power_ok = ~np.isnan(trap) & ~counter_ok
     if max_power_gap_s is not None:
         power_ok &= dt <= max_power_gap_s
-    energy = np.where(counter_ok, d_counter, np.where(power_ok, trap, np.nan))
+    energy = np.where(counter_ok, energy_c, np.where(power_ok, trap, np.nan))
     return EnergyIntervals(energy_j=energy, from_counter=counter_ok, from_power=power_ok)
 
 
