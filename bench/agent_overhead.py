@@ -16,6 +16,7 @@ import argparse
 import gzip
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -79,12 +80,11 @@ def main() -> int:
         env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETPROF_INTERVAL_S": str(args.interval)}
         cmd = [sys.executable, "-m", "fleetprof.cli", "agent", "--server", sink.url, "--token", "bench",
                "--source", source, "--spool", str(Path(tmp) / "spool"), "--node", "bench", "--log-level", "WARNING"]
-        proc = psutil.Popen(cmd, cwd=REPO, env=env)
+        log_path = Path(tmp) / "agent.log"
+        log = open(log_path, "w")
+        proc = psutil.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             time.sleep(args.warmup)
-            if proc.poll() is not None:
-                print(f"agent exited early with status {proc.returncode}", file=sys.stderr)
-                return 1
             c0, t0, b0, s0 = proc.cpu_times(), time.monotonic(), sink.batches, sink.samples
             rss: list[int] = []
             while time.monotonic() - t0 < args.duration:
@@ -92,9 +92,16 @@ def main() -> int:
                 time.sleep(1.0)
             c1, t1 = proc.cpu_times(), time.monotonic()
             batches, samples = sink.batches - b0, sink.samples - s0
+        except psutil.NoSuchProcess:  # the agent exited: say why (its log), not where psutil noticed
+            log.close()
+            print(f"agent exited early with status {proc.wait(5)}; its log:\n{log_path.read_text()[-4000:]}",
+                  file=sys.stderr)
+            return 1
         finally:
-            proc.terminate()
-            proc.wait(15)
+            if proc.is_running():
+                proc.terminate()
+                proc.wait(15)
+            log.close()
     wall = t1 - t0
     user, system = c1.user - c0.user, c1.system - c0.system
     cpu_pct = 100.0 * (user + system) / wall
