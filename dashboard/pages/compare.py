@@ -1,40 +1,87 @@
 """Compare runs (`/compare?ids=a,b`): the runs side by side against the first, and for each run the recommendations
-it applied (`fleetprof run --apply`) with the predicted saving next to the realized one."""
+it applied (`fleetprof run --apply`) with the predicted saving next to the realized one, each with its unit and
+where it came from. Opened from a job page's "compare with" links or the jobs list's selection; the ids box takes
+more (a job page's plain "compare" link fills in its own id)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboard import format as fmt
 from dashboard.client import ApiError
 from dashboard.components import client_for, error_box, job_link, section, table
 from dashboard.session import AuthStore
-from fleetprof.api_models import AppliedRecommendation, CompareOut
+from fleetprof.api_models import AppliedRecommendation, CompareOut, RealizedSaving
+
+PLACEHOLDER = "job ids, comma-separated: the first is the baseline"
+
+
+def compare_href(job_ids: Sequence[str]) -> str:
+    """The compare page of `job_ids` (each id quoted whole: '+' or '/' in an id stays itself)."""
+    return "/compare?ids=" + ",".join(quote(i, safe="") for i in job_ids)
+
+
+def split_ids(ids: str | None) -> list[str]:
+    return [i.strip() for i in (ids or "").split(",") if i.strip()]
 
 
 def layout(ids: str | None = None, **_: Any) -> html.Div:
     return html.Div([
-        dcc.Store(id="compare-ids", data=ids or ""),
         html.H2("Compare runs"),
+        html.Div([dcc.Input(id="compare-ids-input", type="text", value=ids or "", placeholder=PLACEHOLDER,
+                            className="text-input", size="60"),
+                  html.Button("Compare", id="compare-submit", n_clicks=0)], className="filters"),
         dcc.Loading(html.Div(id="compare-view"), type="dot"),
     ])
 
 
 def _predicted(saving: dict[str, Any] | None) -> str:
+    """The recommendation's `saving`, each figure by the unit its key names; unknown when it gave none."""
     if not saving:
         return fmt.UNKNOWN
-    return ", ".join(f"{k}: {fmt.by_key(k, v)}" for k, v in saving.items()
-                     if v is None or isinstance(v, (int, float)))
+    # amounts before shares (stored metadata comes back with its keys in the database's order, not the writer's)
+    keys = sorted(saving, key=lambda k: (k.endswith(("_pct", "_fraction")), k))
+    return ", ".join(f"{k}: {fmt.by_key(k, saving[k])}" for k in keys
+                     if saving[k] is None or isinstance(saving[k], (int, float))) or fmt.UNKNOWN
+
+
+def _predicted_source(item: AppliedRecommendation) -> str:
+    where = f"{item.from_job}'s report" if item.from_job else "the report it came from (job not recorded)"
+    return f"{where}: its {item.kind} recommendation, recorded when the run started (fleetprof run --apply)"
+
+
+def _amount(unit: str, value: float | None) -> str:
+    """A realized figure by the unit the API names (`bytes`, `s`, `J`)."""
+    if value is None:
+        return fmt.UNKNOWN
+    by_unit = {"bytes": fmt.size, "B": fmt.size, "s": fmt.seconds, "J": fmt.energy, "W": fmt.watts, "%": fmt.pct}
+    return by_unit[unit](value) if unit in by_unit else f"{value:,.4g} {unit}"
+
+
+def _realized_one(r: RealizedSaving) -> str:
+    if r.saving is None:
+        missing = [side for side, v in (("this run", r.after), (r.against_job_id, r.before)) if v is None]
+        return (f"{r.figure}: unknown ({' and '.join(missing) or 'a run'} did not measure it; "
+                f"{r.against_job_id} {_amount(r.unit, r.before)}, this run {_amount(r.unit, r.after)})")
+    pct = f" ({r.saving_pct:.1f} %)" if r.saving_pct is not None else ""
+    verb = "less" if r.saving >= 0 else "more"
+    return (f"{r.figure}: {_amount(r.unit, abs(r.saving))} {verb} than {r.against_job_id}{pct} "
+            f"({_amount(r.unit, r.before)} → {_amount(r.unit, r.after)})")
 
 
 def _realized(item: AppliedRecommendation) -> str:
     if not item.realized:
-        return fmt.UNKNOWN
-    return "; ".join(f"{r.figure}: {fmt.by_key(r.figure, r.saving)} less than {r.against_job_id}"
-                     + (f" ({r.saving_pct:.1f} %)" if r.saving_pct is not None else "") for r in item.realized)
+        return f"{fmt.UNKNOWN} (no other run to measure against)"
+    return "; ".join(_realized_one(r) for r in item.realized)
+
+
+def _realized_source(item: AppliedRecommendation) -> str:
+    return "; ".join(f"{r.source}, this run against {r.against_job_id}" for r in item.realized) or fmt.UNKNOWN
 
 
 def compare_view(out: CompareOut) -> list[html.Section]:
@@ -43,29 +90,39 @@ def compare_view(out: CompareOut) -> list[html.Section]:
              fmt.seconds(r.step_time_p50_s), fmt.size(r.peak_reserved_bytes), fmt.by_key("energy_per_step_j",
                                                                                          r.energy_per_step_j)]
             for r in out.jobs]
-    applied = [[job_link(r.job_id), a.kind, fmt.text(a.setting), fmt.text(a.from_job), _predicted(a.predicted_saving),
-                _realized(a)] for r in out.jobs for a in r.applied]
+    applied = [[job_link(r.job_id), a.kind, fmt.text(a.setting),
+                job_link(a.from_job) if a.from_job else fmt.UNKNOWN,
+                html.Span(_predicted(a.predicted_saving), className="compare-predicted"),
+                html.Span(_predicted_source(a), className="muted"),
+                html.Span(_realized(a), className="compare-realized"),
+                html.Span(_realized_source(a), className="muted")]
+               for r in out.jobs for a in r.applied]
     return [
         section("Runs", table(["job", "GPU", "count", "batch", "step time p50", "peak reserved", "energy per step"],
                               runs, id="compare-runs")),
-        section("Applied recommendations", table(["run", "kind", "setting", "from job", "predicted saving",
-                                                  "realized saving"], applied, id="compare-applied",
-                                                 empty="no run applied a recommendation (fleetprof run --apply)")),
+        section("Applied recommendations: predicted and realized saving",
+                table(["run", "kind", "setting", "from job", "predicted saving", "predicted by", "realized saving",
+                       "measured from"], applied, id="compare-applied",
+                      empty="no run applied a recommendation (fleetprof run --apply)")),
         section("Findings", html.Ul([html.Li(f) for f in out.findings], id="compare-findings")),
     ]
 
 
 def register_callbacks(app: dash.Dash) -> None:
-    @app.callback(Output("compare-view", "children"), Input("compare-ids", "data"), Input("auth", "data"))
-    def _compare(ids: str, auth: AuthStore | None):
-        job_ids = [i.strip() for i in (ids or "").split(",") if i.strip()]
+    @app.callback(Output("compare-view", "children"), Input("compare-submit", "n_clicks"),
+                  Input("compare-ids-input", "n_submit"), Input("auth", "data"), State("compare-ids-input", "value"))
+    def _compare(_clicks: int, _submits: int | None, auth: AuthStore | None, ids: str | None):
+        job_ids = split_ids(ids)
+        if not job_ids:
+            return error_box("name two or more runs: /compare?ids=a,b", id="compare-error")
         if len(job_ids) < 2:
-            return error_box("name two or more runs: /compare?ids=a,b")
+            return error_box(f"add the id of another run to compare with {job_ids[0]} (comma-separated)",
+                             id="compare-error")
         try:
             with client_for(auth) as c:
                 return compare_view(c.compare(job_ids))
         except ApiError as exc:
-            return error_box(exc)
+            return error_box(exc, id="compare-error")
 
 
 def register_pages() -> None:

@@ -13,6 +13,7 @@ callback): the plots' own autosize events never reach the server.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -25,6 +26,7 @@ from dashboard import data, figures
 from dashboard import format as fmt
 from dashboard.client import ApiError, gather
 from dashboard.components import by_suffix, client_for, error_box, kpi, section, table
+from dashboard.pages.compare import compare_href
 from dashboard.session import AuthStore
 from fleetprof.api_models import JobRead
 from fleetprof.jobid import job_id_problem
@@ -50,6 +52,7 @@ def layout(job_id: str | None = None, **_: Any) -> html.Div:
         html.Div([html.H2(["Job ", html.Span(job_id, id="job-title")]),
                   html.Button("Download HTML report", id="job-download-button", n_clicks=0),
                   dcc.Download(id="job-download")], className="page-head"),
+        html.Div(id="job-compare", className="compare-links"),
         dcc.Loading(html.Div(id="job-summary"), type="dot"),
         html.P("Drag on a time plot to zoom: all three are fetched again at full resolution for the range. "
                "Double-click to reset.", className="muted"),
@@ -70,6 +73,49 @@ def plot_points(width_px: int | None, *, half: bool) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ pieces
+
+SAME_NAME_LIMIT = 100  # runs of a recurring job's name read to find its previous run
+
+
+def _applied(job: JobRead) -> list[dict[str, Any]]:
+    """The job's metadata `applied` entries (`fleetprof run --apply`) that name the job they came from."""
+    entries = job.metadata.get("applied")
+    return [a for a in entries if isinstance(a, dict) and isinstance(a.get("from_job"), str)] \
+        if isinstance(entries, list) else []
+
+
+def _started(job: JobRead) -> float:
+    return job.started_at if job.started_at is not None else job.created_at
+
+
+def compare_links(job: JobRead, same_name: list[JobRead]) -> html.Div:
+    """Links to the compare page: with the run(s) this job applied recommendations from, with the previous run of
+    its (recurring) name, with later runs of that name that applied this job's recommendations; and a compare page
+    with only this job filled in, to name another. `same_name`: runs the API listed for the name (any order)."""
+    links: list[tuple[list[str], str]] = []  # (ids, why)
+    for a in _applied(job):
+        links.append(([a["from_job"], job.job_id], f"the run it applied {a.get('kind', 'a recommendation')} from"))
+    others = [j for j in same_name if job.name and j.name == job.name and j.job_id != job.job_id]
+    earlier = [j for j in others if _started(j) < _started(job)]
+    if earlier:
+        prev = max(earlier, key=_started)
+        links.append(([prev.job_id, job.job_id], f"the previous run of {job.name}"))
+    for j in sorted(others, key=_started):
+        kinds = [a.get("kind", "a recommendation") for a in _applied(j) if a["from_job"] == job.job_id]
+        if kinds:
+            links.append(([job.job_id, j.job_id], f"a later run that applied this run's {', '.join(kinds)}"))
+    seen: set[str] = set()
+    items: list[Any] = []
+    for ids, why in links:
+        other = ids[0] if ids[1] == job.job_id else ids[1]
+        if other in seen:
+            continue
+        seen.add(other)
+        items.append(html.Li([dcc.Link(f"compare with {other}", href=compare_href(ids)),
+                              html.Span(f" ({why})", className="muted")]))
+    items.append(html.Li(dcc.Link("compare with another run", href=compare_href([job.job_id]))))
+    return html.Div([html.Span("Compare: ", className="muted"), html.Ul(items, className="inline-list")])
+
 
 
 def summary_section(job: JobRead, report: JobReport | None) -> list[Any]:
@@ -367,6 +413,20 @@ def register_callbacks(app: dash.Dash) -> None:
         title = [job_id, html.Span(f" · {job.name}", className="muted")] if job.name else job_id
         layers = figures.layer_time_bars(report.time.layers)
         return summary_section(job, report), [d for d in details if d is not None], title, layers
+
+    @app.callback(Output("job-compare", "children"), Input("job-id", "data"), Input("auth", "data"))
+    def _compare_links(job_id: str, auth: AuthStore | None):
+        """The compare links: the job (what it applied), then the runs of its name (previous, later applied)."""
+        try:
+            with client_for(auth) as c:
+                job = data.job_record(c.job(job_id))
+                same_name: list[JobRead] = []
+                if job.name:
+                    with contextlib.suppress(ApiError):  # the links that need no listing still help
+                        same_name = data.job_list(c.jobs(q=job.name, team=job.team, limit=SAME_NAME_LIMIT)).items
+        except ApiError:
+            return []  # the report callback says what went wrong
+        return compare_links(job, same_name)
 
     app.clientside_callback(_VIEW_JS, Output("job-view", "data"), Input("job-id", "data"), Input("auth", "data"),
                             Input("job-memory", "relayoutData"), Input("job-power", "relayoutData"),

@@ -6,12 +6,13 @@ import time
 from typing import Any
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import ALL, Input, Output, State, dcc, html
 
 from dashboard import data
 from dashboard import format as fmt
 from dashboard.client import ApiError
 from dashboard.components import client_for, error_box, job_link, table
+from dashboard.pages.compare import compare_href
 from dashboard.session import AuthStore
 from fleetprof.api_models import JobRead
 
@@ -36,14 +37,21 @@ def layout(team: str | None = None, state: str | None = None, q: str | None = No
         ], className="filters"),
         dcc.Store(id="jobs-offset", data=0),
         dcc.Loading(html.Div(id="jobs-table"), type="dot"),
+        html.Div([dcc.Link("compare the selected runs", id="jobs-compare", href="/compare"),
+                  html.Span(id="jobs-compare-hint", className="muted")], className="pager"),
         html.Div([html.Button("← previous", id="jobs-prev", n_clicks=0),
                   html.Span(id="jobs-count", className="muted"),
                   html.Button("next →", id="jobs-next", n_clicks=0)], className="pager"),
     ])
 
 
+PICK = "jobs-pick"  # a row's checkbox: pick two or more runs to compare
+
+
 def job_rows(items: list[JobRead]) -> list[list[Any]]:
-    return [[job_link(j.job_id), fmt.text(j.name), fmt.text(j.team), j.state, fmt.text(j.node),
+    return [[dcc.Checklist(id={"type": PICK, "job": j.job_id}, options=[{"label": "", "value": j.job_id}], value=[],
+                           className="pick"),
+             job_link(j.job_id), fmt.text(j.name), fmt.text(j.team), j.state, fmt.text(j.node),
              fmt.count(len(j.gpu_uuids), "GPUs"), fmt.timestamp(j.started_at), fmt.seconds(j.duration_s)]
             for j in items]
 
@@ -62,6 +70,11 @@ def register_callbacks(app: dash.Dash) -> None:
             return max(0, offset - PAGE_SIZE)
         return 0  # a filter changed: back to the first page
 
+    @app.callback(Output("jobs-compare", "href"), Output("jobs-compare", "style"),
+                  Output("jobs-compare-hint", "children"), Input({"type": PICK, "job": ALL}, "value"))
+    def _picked(picked: list[list[str] | None]):
+        return compare_selection(picked)
+
     @app.callback(Output("jobs-table", "children"), Output("jobs-count", "children"),
                   Input("jobs-offset", "data"), *filters, Input("auth", "data"))
     def _jobs(offset: int, q: str, team: str, state: str, window: str,
@@ -75,8 +88,17 @@ def register_callbacks(app: dash.Dash) -> None:
             return error_box(exc), ""
         rows = job_rows(page.items)
         shown = f"{offset + 1}–{offset + len(rows)} of {page.total} jobs" if rows else f"{page.total} jobs"
-        return table(["job", "name", "team", "state", "node", "GPUs", "started", "duration"], rows, id="jobs-list",
-                     empty="no jobs match"), shown
+        return table(["compare", "job", "name", "team", "state", "node", "GPUs", "started", "duration"], rows,
+                     id="jobs-list", empty="no jobs match"), shown
+
+
+def compare_selection(picked: list[list[str] | None]) -> tuple[str, dict[str, str], str]:
+    """The compare link's address, style and hint for the rows' checkboxes (listed newest first: the oldest picked
+    run becomes the baseline)."""
+    ids = [job_id for value in reversed(picked) for job_id in (value or [])]
+    if len(ids) < 2:
+        return "/compare", {"display": "none"}, "tick two or more runs to compare them"
+    return compare_href(ids), {}, f"{len(ids)} runs, the first ({ids[0]}) the baseline"
 
 
 def register_pages() -> None:

@@ -404,3 +404,89 @@ def test_fleet_energy_says_where_it_came_from(chrome, dashboard_url, hooks_job, 
     assert {t["name"] for t in energy["traces"]} == {"NVML energy counter", "integrated power"}
     _wait(driver, "#kpi-energy", expected)
     assert _console_errors(driver) == []
+
+
+# ------------------------------------------------------------------------------------------------ compare
+
+APPLY_SCRIPT = "import os; print('ALLOC', os.environ.get('PYTORCH_CUDA_ALLOC_CONF'))"
+
+
+def _fleetprof_run(env: dict[str, str], job_id: str, *flags: str) -> str:
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import FLEETPROF
+
+    proc = subprocess.run([*FLEETPROF, "run", "--job-id", job_id, "--name", "browser-apply", "--no-hooks", *flags,
+                           "--", sys.executable, "-c", APPLY_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture
+def applied_runs(live_server, make_token, cli_env, real_data):  # type: ignore[no-untyped-def]
+    """Two CPU runs of one name: the first with the real Kineto memory trace uploaded (so its report recommends an
+    allocator setting, by simulation), the second started with `fleetprof run --apply` of the first."""
+    from tests.e2e.conftest import client_env
+
+    team = make_token("team", team="browser-apply")
+    env = client_env(cli_env, live_server, team)
+    _fleetprof_run(env, "apply-before")
+    r = httpx.post(f"{live_server}/api/v1/jobs/apply-before/traces", content=(real_data / ALLOCATION_TRACE).read_bytes(),
+                   params={"filename": "df_index_resolver.json.gz"},
+                   headers={**auth(team), "Content-Type": "application/gzip"}, timeout=120)
+    assert r.status_code == 200, r.text
+    report = httpx.get(f"{live_server}/api/v1/jobs/apply-before/report", headers=auth(team), timeout=120).json()
+    [rec] = [r for r in report["recommendations"] if r["kind"] == "allocator_settings"]
+    assert rec["saving"]["reserved_bytes"] > 0
+    setting = rec["evidence"]["env"]
+    assert f"ALLOC {setting.partition('=')[2]}" in _fleetprof_run(env, "apply-after", "--apply", "apply-before")
+    return {"team": team, "rec": rec, "setting": setting, "report": report}
+
+
+def test_job_page_links_to_compare_with_predicted_and_realized(chrome, dashboard_url, applied_runs) -> None:  # type: ignore[no-untyped-def]
+    """From the first run's page to the comparison with the run that applied its allocator recommendation: the
+    predicted saving (with its unit and where it came from) and the realized one, unknown for a CPU run."""
+    from selenium.webdriver.common.by import By
+
+    driver = chrome
+    driver.get_log("browser")
+    _sign_in(driver, dashboard_url, applied_runs["team"], "team")
+    driver.get(f"{dashboard_url}/jobs/apply-before")
+    _wait(driver, "#job-compare", "compare with apply-after")
+    assert "applied this run's allocator_settings" in driver.find_element(By.ID, "job-compare").text
+    _click_link(driver, "compare with apply-after")
+
+    applied = _wait(driver, "#compare-applied", applied_runs["setting"])
+    assert "/compare?ids=apply-before,apply-after" in driver.current_url
+    header = [c.text for c in applied.find_elements(By.CSS_SELECTOR, "th")]
+    [row] = applied.find_elements(By.CSS_SELECTOR, "tbody tr")
+    cells = dict(zip(header, [c.text for c in row.find_elements(By.CSS_SELECTOR, "td")], strict=True))
+    saving = applied_runs["rec"]["saving"]
+    assert cells["run"] == "apply-after" and cells["from job"] == "apply-before"
+    assert cells["kind"] == "allocator_settings" and cells["setting"] == applied_runs["setting"]
+    assert cells["predicted saving"] == (f"reserved_bytes: {fmt.size(saving['reserved_bytes'])}, "
+                                         f"reserved_pct: {fmt.pct(saving['reserved_pct'])}")
+    assert cells["predicted by"].startswith("apply-before's report: its allocator_settings recommendation")
+    # the CPU run without hooks measured no reserved peak: unknown, never 0
+    before = fmt.size(applied_runs["report"]["memory"]["peak_reserved_bytes"])
+    assert cells["realized saving"] == (f"peak_reserved_bytes: unknown (this run did not measure it; "
+                                        f"apply-before {before}, this run unknown)")
+    assert cells["measured from"] == "the runs' reports (peak_reserved_bytes), this run against apply-before"
+    _wait(driver, "#compare-runs", "apply-after")
+
+    # and back: the second run's page links to the run it applied the recommendation from
+    _click_link(driver, "apply-after")
+    _wait(driver, "#job-compare", "compare with apply-before")
+    assert "the run it applied allocator_settings from" in driver.find_element(By.ID, "job-compare").text
+
+    # the jobs list: tick both runs, compare them
+    driver.get(f"{dashboard_url}/jobs")
+    _wait(driver, "#jobs-list", "apply-after")
+    for box in driver.find_elements(By.CSS_SELECTOR, "#jobs-list .pick input"):
+        box.click()
+    _wait(driver, "#jobs-compare-hint", "2 runs, the first (apply-before) the baseline")
+    driver.find_element(By.ID, "jobs-compare").click()
+    _wait(driver, "#compare-applied", applied_runs["setting"])
+    assert _console_errors(driver) == []
