@@ -71,7 +71,7 @@ def post_state(client: Client, job_id: str, capture_id: str, state: str, *, rank
 class CaptureManager:
     """Polls for capture requests (its own thread) and runs them at step boundaries (the training thread)."""
 
-    def __init__(self, torch: Any, sender: EventSender, client: Client, *, job_id: str, poll_s: float,
+    def __init__(self, torch: Any, sender: EventSender, client: Client | None, *, job_id: str, poll_s: float,
                  rank: Callable[[], int], other_trace_active: Callable[[], bool] = lambda: False):
         self._torch = torch
         self._sender = sender
@@ -95,7 +95,7 @@ class CaptureManager:
 
     def start(self) -> None:
         """Start polling (once; a no-op when polling is off)."""
-        if self.poll_s <= 0 or self._thread is not None:
+        if self.poll_s <= 0 or self._client is None or self._thread is not None:
             return
         self._thread = threading.Thread(target=self._run, name="fleetprof-captures", daemon=True)
         self._thread.start()
@@ -128,7 +128,7 @@ class CaptureManager:
 
     def poll_once(self) -> float:
         """One poll (when no capture is in hand); returns the seconds until the next one."""
-        if self.busy:
+        if self.busy or self._client is None:
             return self.poll_s
         self.polls += 1
         try:
@@ -244,7 +244,8 @@ class CaptureManager:
     def _upload_failed(self, capture_id: str, exc: BaseException, rank: int) -> None:
         # On the sender thread, after the upload gave up.
         log.warning("fleetprof hooks: capture %s upload failed: %s", capture_id, exc)
-        self._post(self._client, capture_id, "failed", rank, f"upload failed: {exc}")
+        if self._client is not None:
+            self._post(self._client, capture_id, "failed", rank, f"upload failed: {exc}")
 
     def _post(self, client: Client, capture_id: str, state: str, rank: int, reason: str | None = None) -> None:
         try:

@@ -122,7 +122,10 @@ class Profiler:
         self._alloc_trace = AllocTracer(torch, sender, job_id=job_id, steps=alloc_trace_steps)
         self._profile_trace = ProfileTracer(torch, sender, job_id=job_id, steps=profile_steps)
         # Live capture requests: polled on a thread of their own from the end of step 0 (0 s = off).
-        self._capture = CaptureManager(torch, sender, sender.transport, job_id=job_id, poll_s=capture_poll_s,
+        # (A stand-in sender without a transport, as in unit tests, cannot poll.)
+        transport = getattr(sender, "transport", None)
+        self._capture = CaptureManager(torch, sender, transport, job_id=job_id,
+                                       poll_s=capture_poll_s if transport is not None else 0.0,
                                        rank=lambda: self._events.rank, other_trace_active=self._other_trace_active)
         self._info = FrameworkInfo(torch)
         self._info_sent: dict[str, Any] | None = None
