@@ -179,6 +179,7 @@ class CaptureManager:
             except Exception as exc:
                 self._failed(f"capture error: {exc!r}", rank)
                 self._stop_tracer()
+                self._finished()  # free for the next request
                 return
             if not tracer.active:
                 self._finished()

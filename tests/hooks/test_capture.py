@@ -137,3 +137,56 @@ def test_failing_polls_are_retried_at_the_poll_rate(recorder: Recorder, tmp_path
     assert rc == 0, err
     assert len([line for line in err.splitlines() if "capture poll failed" in line]) == 1, err
     assert_steps_complete(recorder, out)
+
+
+class _FakeClient:
+    def __init__(self, captures: list[dict]) -> None:
+        self.captures = captures
+        self.posts: list[tuple[str, dict]] = []
+
+    def get_json(self, path: str, **params: object) -> dict:
+        return {"captures": self.captures}
+
+    def post_json(self, path: str, payload: dict, **params: object) -> dict:
+        self.posts.append((path, payload))
+        return {}
+
+
+class _NowSender:
+    def __init__(self, client: _FakeClient) -> None:
+        self.client = client
+
+    def submit(self, job) -> None:  # type: ignore[no-untyped-def]
+        job(self.client)
+
+
+class _BrokenProfiler:
+    class profiler:  # noqa: N801 (stands in for torch.profiler)
+        class ProfilerActivity:
+            CPU, CUDA = "cpu", "cuda"
+
+        class ProfilerAction:
+            RECORD = "record"
+
+        @staticmethod
+        def profile(**kwargs: object) -> object:
+            raise RuntimeError("profiler already running")
+
+
+def test_a_capture_that_cannot_start_is_failed_and_the_next_one_is_taken() -> None:
+    from agent.hooks.capture import CaptureManager
+
+    caps = [{"capture_id": "c2", "kind": "kineto", "steps": 2, "ranks": None},
+            {"capture_id": "c1", "kind": "kineto", "steps": 2, "ranks": None}]
+    client = _FakeClient(caps)
+    mgr = CaptureManager(_BrokenProfiler, _NowSender(client), client, job_id="j", poll_s=1.0,  # type: ignore[arg-type]
+                         rank=lambda: 0)
+    mgr.poll_once()
+    assert mgr.busy and mgr.pending is not None and mgr.pending.capture_id == "c1"  # the oldest first
+    assert mgr.poll_once() == 1.0 and len(client.posts) == 1  # one in hand: no second delivery
+    mgr.tick(5, cuda=False, rank=0)  # the profiler refuses to start: failed, never raised into the step
+    assert [(p.split("/")[-2], b["state"]) for p, b in client.posts] == [
+        ("c1", "delivered"), ("c1", "capturing"), ("c1", "failed")]
+    assert "profiler already running" in client.posts[-1][1]["reason"] and not mgr.busy
+    mgr.poll_once()
+    assert mgr.pending is not None and mgr.pending.capture_id == "c2"
