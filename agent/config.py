@@ -49,6 +49,9 @@ class AgentSettings(ClientSettings):
     # Set by `fleetprof run --profile N` for the hooks: torch.profiler (Kineto) trace of steps 1..N, uploaded and
     # analyzed; 0 = off
     hooks_profile_steps: int = 0
+    # Hooks: seconds between polls for live capture requests (issue #19: a Kineto or allocator trace of the next K
+    # steps, asked for through the API while the job runs); 0 = off
+    hooks_capture_poll_s: float = 10.0
     # Inside a Slurm allocation (Slurm's own variable, not ours): `fleetprof run` takes slurm:<id> as its job id.
     slurm_job_id: str | None = Field(default=None, validation_alias=AliasChoices("SLURM_JOB_ID", "slurm_job_id"))
     # `fleetprof slurm epilog`: the token its summary reads the report with (a scheduler token: agent tokens write

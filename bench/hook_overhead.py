@@ -31,11 +31,20 @@ wake-up: ~100 us of CPU per step, each post about 1 ms of HTTP and JSON), the RS
 the H100 (torch 2.11): the per-step peaks through max_memory_allocated() + max_memory_reserved() + reset took
 221 us (both flatten the allocator's stats tree in Python), through one nested read + reset 11.7 us; a timing
 event through torch.cuda.Event()+record() 9.3 us, through the bindings 3.5 us.
+
+Live capture requests (issue #19): hooks-on blocks also poll for capture requests, every `--capture-poll-s` (0.05 s
+here, 200 times the real default of 10 s, so that a cost would show); the trivial-step figure is then split into the
+poll alone (default level with poll - without, same rounds). Measured 2026-11-26 (wip/caphooks), `--rounds 3 --models
+cnn` on the shared 2-core CPU dev machine (load average ~5): poll alone 1.6 us wall / 1.3 us process CPU per median
+step (the noise floor of this machine: the training thread reads one attribute per step outside capture windows),
+22.3 us process CPU per mean step, i.e. the poll thread's own GETs at 20 Hz on ~100 us steps; at the real 10 s period
+that is ~0.1 us per step. Whole default level in the same run: 34.6 us wall, 81.2 us mean CPU per step.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import subprocess
 import sys
@@ -115,6 +124,14 @@ _SINK = r"""
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class H(BaseHTTPRequestHandler):
+    def do_GET(self):  # the hooks' poll for live capture requests: none asked for
+        body = json.dumps({"captures": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        print("GET", flush=True)
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         body = json.dumps({"accepted": 1, "server_time": time.time()}).encode()
@@ -140,7 +157,7 @@ def start_sink() -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def hook_cost_us(url: str, rounds: int, steps: int = 1500) -> dict[str, float]:
+def hook_cost_us(url: str, rounds: int, steps: int = 1500, capture_poll_s: float = 0.0) -> dict[str, float]:
     """Absolute cost of the default level per step, on a trivial step (a 4x4 linear layer, ~100 us).
 
     Its cost does not depend on the model (one optimizer post-hook and one forward pre-hook on the
@@ -152,6 +169,8 @@ def hook_cost_us(url: str, rounds: int, steps: int = 1500) -> dict[str, float]:
       * "cpu_mean_us": of the mean step's process CPU time, which also carries what a median leaves out: the
         sender thread's work, done in bursts (one post per 500 events or per second), and the steps that
         read the RSS peak (one per 20 ms).
+    The default level here polls for live capture requests every `capture_poll_s` (0: no poll). With a poll,
+    "poll_*" keys give the same figures for the poll alone: default level with poll - default level without.
     """
     model = nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -162,23 +181,34 @@ def hook_cost_us(url: str, rounds: int, steps: int = 1500) -> dict[str, float]:
         model(x).sum().backward()
         opt.step()
 
-    diffs: dict[str, list[float]] = {"wall_us": [], "cpu_us": [], "cpu_mean_us": []}
-    for _ in range(rounds):
-        off = run_block(step, steps, "off", url, lambda: None, 50)
-        on = run_block(step, steps, "default", url, lambda: None, 50)
-        diffs["wall_us"].append(statistics.median(t[0] for t in on) - statistics.median(t[0] for t in off))
-        diffs["cpu_us"].append(statistics.median(t[1] for t in on) - statistics.median(t[1] for t in off))
-        diffs["cpu_mean_us"].append(statistics.fmean(t[1] for t in on) - statistics.fmean(t[1] for t in off))
+    diffs: dict[str, list[float]] = collections.defaultdict(list)
+
+    def add(prefix: str, on: list[tuple[float, float]], off: list[tuple[float, float]]) -> None:
+        diffs[f"{prefix}wall_us"].append(statistics.median(t[0] for t in on) - statistics.median(t[0] for t in off))
+        diffs[f"{prefix}cpu_us"].append(statistics.median(t[1] for t in on) - statistics.median(t[1] for t in off))
+        diffs[f"{prefix}cpu_mean_us"].append(statistics.fmean(t[1] for t in on) - statistics.fmean(t[1] for t in off))
+
+    for r in range(rounds):
+        blocks = {}
+        order = ["off", "default", "nopoll"] if capture_poll_s else ["off", "default"]
+        for label in order[r % len(order):] + order[:r % len(order)]:  # rotate
+            poll = capture_poll_s if label == "default" else 0.0
+            blocks[label] = run_block(step, steps, "off" if label == "off" else "default", url, lambda: None, 50,
+                                      capture_poll_s=poll)
+        add("", blocks["default"], blocks["off"])
+        if capture_poll_s:
+            add("poll_", blocks["default"], blocks["nopoll"])
     return {k: statistics.median(v) * 1e6 for k, v in diffs.items()}
 
 
 def run_block(step: Callable[[], None], n: int, level: str, url: str, sync: Callable[[], None],
-              layer_every: int) -> list[tuple[float, float]]:
-    """(wall s, process CPU s) per step; process CPU time includes the event-sender thread."""
+              layer_every: int, capture_poll_s: float = 0.0) -> list[tuple[float, float]]:
+    """(wall s, process CPU s) per step; process CPU time includes the event-sender and capture-poll threads."""
     prof = None
     if level != "off":
         sender = EventSender(Client(url, "bench"))
-        prof = Profiler(job_id="bench", sender=sender, level=level, layer_every=layer_every)
+        prof = Profiler(job_id="bench", sender=sender, level=level, layer_every=layer_every,
+                        capture_poll_s=capture_poll_s)
         prof.install(send_job_start=True, process_hooks=False)
     times = []
     try:
@@ -200,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=51, help="steps per block (51: one sampled step per 50)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     ap.add_argument("--models", default="cnn,transformer")
+    ap.add_argument("--capture-poll-s", type=float, default=0.05,
+                    help="hooks-on blocks poll for live capture requests this often (the real default is 10 s: "
+                         "200 times slower; fast here so that any cost of the poll shows; 0 = no poll)")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
@@ -221,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             order = [("off", "off", 50), *configs]
             for r in range(args.rounds):
                 for label, level, every in order[r % len(order):] + order[:r % len(order)]:  # rotate
-                    blocks[label].append(run_block(step, args.steps, level, url, sync, every))
+                    blocks[label].append(run_block(step, args.steps, level, url, sync, every,
+                                                   capture_poll_s=args.capture_poll_s if level != "off" else 0.0))
             for label, _, _ in configs:
                 row: list[object] = [name, label]
                 for k in (1, 0):  # CPU time first (robust on a shared machine), then wall time
@@ -233,12 +267,12 @@ def main(argv: list[str] | None = None) -> int:
                     row += [statistics.median(x for b in off for x in b), statistics.median(x for b in on for x in b),
                             100 * (med - 1), 100 * (mean - 1)]
                 rows.append(row)
-        cost = hook_cost_us(url, rounds=max(3, args.rounds))
+        cost = hook_cost_us(url, rounds=max(3, args.rounds), capture_poll_s=args.capture_poll_s)
     finally:
         sink.terminate()
         sink.wait()
     print(f"device={device} torch={torch.__version__} threads={args.threads} rounds={args.rounds} "
-          f"steps/block={args.steps}")
+          f"steps/block={args.steps} capture poll every {args.capture_poll_s} s (hooks on)")
     print("step time = process CPU time per step (all threads of the training process, the hooks' sender "
           "included); wall = perf_counter")
     print(f"{'model':<12} {'level':<10} {'median off ms':>13} {'median on ms':>12} {'overhead %':>10} "
@@ -250,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ndefault level, absolute cost per step (trivial-step microbenchmark): {cost['wall_us']:.1f} us wall "
           f"(median step); process CPU: {cost['cpu_us']:.1f} us (median step), {cost['cpu_mean_us']:.1f} us (mean step, "
           "the sender thread's bursts included)")
+    if args.capture_poll_s:
+        print(f"  of which the capture poll (every {args.capture_poll_s} s; default level with poll - without): "
+              f"{cost['poll_wall_us']:.1f} us wall (median step); process CPU: {cost['poll_cpu_us']:.1f} us (median "
+              f"step), {cost['poll_cpu_mean_us']:.1f} us (mean step, the poll thread included)")
     for r in rows:
         if r[1] == "default":
             print(f"  implied overhead on {r[0]:<12} (median off {r[6] * 1e3:.2f} ms wall): "
@@ -259,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": str(device), "torch_version": torch.__version__, "threads_count": args.threads,
         "rounds_count": args.rounds, "steps_per_block_count": args.steps, "default_cost_per_step_us": cost["wall_us"],
         "default_cpu_cost_per_step_us": cost["cpu_us"], "default_cpu_mean_cost_per_step_us": cost["cpu_mean_us"],
+        "capture_poll_s": args.capture_poll_s,
+        **{f"capture_{k}": v for k, v in cost.items() if k.startswith("poll_")},
         "rows": {f"{r[0]} {r[1]}": {
             "cpu_off_ms": r[2] * 1e3, "cpu_on_ms": r[3] * 1e3, "cpu_overhead_pct": r[4], "cpu_mean_overhead_pct": r[5],
             "wall_off_ms": r[6] * 1e3, "wall_on_ms": r[7] * 1e3, "wall_overhead_pct": r[8],

@@ -67,6 +67,11 @@ class EventSender:
         self._backoff_s = 0.0
         self._woken = False  # a wake-up for a full batch is on its way: put() need not notify again
 
+    @property
+    def transport(self) -> Client:
+        """The client events go out through (the capture poller uses it too)."""
+        return self._transport
+
     # ------------------------------------------------------------------ training-thread side
 
     def put(self, event: dict[str, Any]) -> None:

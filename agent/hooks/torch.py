@@ -47,6 +47,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from agent.config import AgentSettings
 from agent.hooks.alloc_trace import AllocTracer
+from agent.hooks.capture import CaptureManager
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
 from agent.hooks.events import EventFactory
@@ -82,7 +83,8 @@ class Profiler:
     """
 
     def __init__(self, *, job_id: str, sender: EventSender, level: str = "default", layer_every: int = 50,
-                 alloc_trace_steps: int = 0, profile_steps: int = 0, rss: RssPeak | None = None,
+                 alloc_trace_steps: int = 0, profile_steps: int = 0, capture_poll_s: float = 0.0,
+                 rss: RssPeak | None = None,
                  clock: Callable[[], float] = time.time, perf: Callable[[], float] = time.perf_counter):
         if level not in LEVELS:
             raise ValueError(f"hooks level {level!r} is not one of {LEVELS}")
@@ -119,6 +121,12 @@ class Profiler:
         self._sampler = LayerSampler(torch, on_error=self._fail)
         self._alloc_trace = AllocTracer(torch, sender, job_id=job_id, steps=alloc_trace_steps)
         self._profile_trace = ProfileTracer(torch, sender, job_id=job_id, steps=profile_steps)
+        # Live capture requests: polled on a thread of their own from the end of step 0 (0 s = off).
+        # (A stand-in sender without a transport, as in unit tests, cannot poll.)
+        transport = getattr(sender, "transport", None)
+        self._capture = CaptureManager(torch, sender, transport, job_id=job_id,
+                                       poll_s=capture_poll_s if transport is not None else 0.0,
+                                       rank=lambda: self._events.rank, other_trace_active=self._other_trace_active)
         self._info = FrameworkInfo(torch)
         self._info_sent: dict[str, Any] | None = None
 
@@ -155,6 +163,7 @@ class Profiler:
             self._alloc_trace.stop(upload=False, rank=self._events.rank)
         if self._profile_trace.active:
             self._profile_trace.stop(upload=False, rank=self._events.rank)
+        self._capture.close(self._events.rank)
         if self.enabled and self.steps_done:
             try:
                 self._send_info()
@@ -188,6 +197,7 @@ class Profiler:
         self.enabled = False
         self._discovery.active = False
         self.sender.forget_thread()
+        self._capture.forget_thread()
 
     # ------------------------------------------------------------------ events
 
@@ -242,6 +252,7 @@ class Profiler:
                 self._alloc_trace.stop(upload=False, rank=self._events.rank)
             if self._profile_trace.active:
                 self._profile_trace.stop(upload=False, rank=self._events.rank)
+            self._capture.close(self._events.rank)
 
     def _boundary(self) -> None:
         # Runs once per training step on the training thread: every call and allocation here is paid per step
@@ -288,8 +299,12 @@ class Profiler:
             self._alloc_trace.tick(done, cuda=cuda, rank=self._events.rank)
         if self._profile_trace.steps:
             self._profile_trace.tick(done, cuda=cuda, rank=self._events.rank)
+        if self._capture.busy:  # a live capture request in hand (its errors are its own: reported, never _fail)
+            self._capture.tick(done, cuda=cuda, rank=self._events.rank)
         if done & (done - 1) == 0:  # steps 1, 2, 4, 8, ...: sent when it changed
             self._send_info(cuda=cuda)
+            if done == 1:
+                self._capture.start()
 
         # The step ends after our own bookkeeping: the user's clock around optimizer.step() counts it too,
         # so the hooks' cost lands in the step that paid it rather than in the next one.
@@ -300,6 +315,9 @@ class Profiler:
             self.sender.put(ev)
         else:
             device_time.send(ev, start_ev, end_ev)
+
+    def _other_trace_active(self) -> bool:
+        return self._profile_trace.active or self._alloc_trace.active
 
     def _check_cuda(self) -> bool:
         self._cuda = bool(self._cuda_initialized())
@@ -404,7 +422,8 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         prof = Profiler(job_id=settings.job_id, sender=EventSender(transport), level=level,
                         layer_every=1 if level == "layers" else settings.hooks_layer_every,
                         alloc_trace_steps=settings.hooks_alloc_trace_steps,
-                        profile_steps=settings.hooks_profile_steps)
+                        profile_steps=settings.hooks_profile_steps,
+                        capture_poll_s=settings.hooks_capture_poll_s)
         # A multiprocessing child (DataLoader spawn worker, mp.spawn rank) announces itself only if it
         # takes a step, so idle workers stay silent.
         import multiprocessing
