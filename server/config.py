@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -51,6 +51,18 @@ class ServerSettings(BaseSettings):
     grid_intensity_g_per_kwh: float = 400.0  # grid carbon intensity for CO2e (g per facility kWh)
     pue: float = 1.2  # power usage effectiveness: facility kWh = GPU kWh x PUE
     price_per_kwh_usd: float = 0.12  # electricity price for a report's cost (per facility kWh)
+
+    # Automatic captures (server.captures.auto): when the median of a rank's last `capture_recent_steps` steps
+    # exceeds `capture_slowdown_factor` x its baseline (the median of `capture_baseline_steps` steps after
+    # `capture_warmup_steps` of warm-up), a kineto capture of `capture_auto_steps` steps is requested, at most one
+    # per job per `capture_min_interval_s`. `capture_auto` false turns the check off.
+    capture_auto: bool = True
+    capture_warmup_steps: int = Field(10, ge=0)
+    capture_baseline_steps: int = Field(50, ge=1)
+    capture_recent_steps: int = Field(20, ge=1)
+    capture_slowdown_factor: float = Field(1.5, gt=1.0)
+    capture_min_interval_s: float = Field(3600.0, ge=0.0)
+    capture_auto_steps: int = Field(5, ge=1, le=100)
 
     @field_validator("database_url", mode="after")
     @classmethod
