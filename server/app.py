@@ -115,8 +115,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app = FastAPI(title="fleetprof", version="1.0", description=API_DESCRIPTION, lifespan=lifespan,
                   generate_unique_id_function=operation_id)
 
-    from server.errors import install_error_handlers
     from server.captures.router import router as captures_router
+    from server.errors import install_error_handlers
     from server.estimate.router import router as estimate_router
     from server.fleet.dashboard_router import router as fleet_views_router
     from server.fleet.router import router as fleet_router

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -57,12 +58,12 @@ class ServerSettings(BaseSettings):
     # `capture_warmup_steps` of warm-up), a kineto capture of `capture_auto_steps` steps is requested, at most one
     # per job per `capture_min_interval_s`. `capture_auto` false turns the check off.
     capture_auto: bool = True
-    capture_warmup_steps: int = Field(10, ge=0)
-    capture_baseline_steps: int = Field(50, ge=1)
-    capture_recent_steps: int = Field(20, ge=1)
-    capture_slowdown_factor: float = Field(1.5, gt=1.0)
-    capture_min_interval_s: float = Field(3600.0, ge=0.0)
-    capture_auto_steps: int = Field(5, ge=1, le=100)
+    capture_warmup_steps: Annotated[int, Field(ge=0)] = 10
+    capture_baseline_steps: Annotated[int, Field(ge=1)] = 50
+    capture_recent_steps: Annotated[int, Field(ge=1)] = 20
+    capture_slowdown_factor: Annotated[float, Field(gt=1.0)] = 1.5
+    capture_min_interval_s: Annotated[float, Field(ge=0.0)] = 3600.0
+    capture_auto_steps: Annotated[int, Field(ge=1, le=100)] = 5
 
     @field_validator("database_url", mode="after")
     @classmethod

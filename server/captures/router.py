@@ -4,7 +4,7 @@ any job."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
@@ -37,7 +37,8 @@ def request_capture(job_id: str, data: CaptureCreate, principal: CaptureAuth, se
 @router.get(f"{JOB}/captures", response_model=CaptureList, responses=_NOT_FOUND,
             summary="A job's captures, newest first (the hooks poll `?state=requested`)")
 def list_captures(job_id: str, principal: CaptureAuth, session: SessionDep,
-                  state: CaptureState | None = Query(None, description="only captures in this state")) -> CaptureList:
+                  state: Annotated[CaptureState | None, Query(description="only captures in this state")] = None,
+                  ) -> CaptureList:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return CaptureList(captures=[capture_service.to_read(c, job)
                                  for c in capture_service.list_captures(session, job=job, state=state)])

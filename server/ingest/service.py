@@ -270,9 +270,11 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
         session.execute(ins(LayerStat).on_conflict_do_nothing(), layer_rows)
     session.flush()
     if settings is not None and step_rows:
-        first_rank: dict[int, int] = {}
-        for r in step_rows:
-            first_rank[r["job_pk"]] = min(first_rank.get(r["job_pk"], r["rank"]), r["rank"])
+        first_rank: dict[int, int] = {}  # per job, the lowest rank whose steps arrived: the one watched
+        for ev in batch.events:
+            if isinstance(ev, StepEvent):
+                pk = jobs[ev.job_id].id
+                first_rank[pk] = min(first_rank.get(pk, ev.rank), ev.rank)
         for job in jobs.values():
             if job.id in first_rank:
                 capture_auto.check_job(session, job=job, rank=first_rank[job.id], settings=settings)

@@ -19,7 +19,8 @@ from server.models.rollup import GpuHourly, RollupBacklog
 from server.models.trace import Trace
 
 __all__ = [
-    "SCOPES", "ApiToken", "Base", "CAPTURE_KINDS", "CAPTURE_STATES", "FINAL_CAPTURE_STATES", "Capture", "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
+    "SCOPES", "ApiToken", "Base", "CAPTURE_KINDS", "CAPTURE_STATES", "FINAL_CAPTURE_STATES", "Capture",
+    "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
     "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "RegisteredModel", "Report",
     "GpuHourly", "GpuJobHourly", "RollupBacklog",
     "Trace",

@@ -7,9 +7,9 @@ import os
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from server.captures import service as capture_service
 from server.db import session_scope
 from server.deps import EventWriterAuth, SettingsDep
-from server.captures import service as capture_service
 from server.errors import DomainError, PayloadTooLarge
 from server.job_paths import JOB
 from server.jobs import service as job_service
@@ -67,7 +67,8 @@ async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth
                     if capture is not None:
                         capture_service.link_trace(session, capture=capture, trace_id=trace.id)
                     return TraceRead(job_id=job_id, kind=trace.kind, filename=trace.filename, rank=trace.rank,
-                                     size_bytes=trace.size_bytes, sha256=trace.sha256, created=created, capture_id=capture_id,
+                                     size_bytes=trace.size_bytes, sha256=trace.sha256, created=created,
+                                     capture_id=capture_id,
                                      # the plans' entries are read from GET .../plans/offsets and /plans/swap
                                      summary={k: v for k, v in trace.summary.items() if k != "plans"})
             except DomainError as exc:
