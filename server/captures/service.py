@@ -46,7 +46,7 @@ def request_capture(session: Session, *, job: Job, data: CaptureCreate, trigger:
     if job.state in TERMINAL_STATES:
         raise Conflict(f"job {job.job_id!r} has ended ({job.state}): only a running job can be captured")
     capture = Capture(capture_id=uuid.uuid4().hex, job_pk=job.id, kind=data.kind, steps=data.steps,
-                      ranks=sorted(set(data.ranks)) if data.ranks is not None else None, state="requested",
+                      ranks=list(dict.fromkeys(data.ranks)) if data.ranks is not None else None, state="requested",
                       trigger=trigger.model_dump(mode="json", exclude_none=True), trigger_kind=trigger.kind,
                       requested_by=requested_by, requested_at=now or utcnow(), trace_ids=[])
     session.add(capture)
