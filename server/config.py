@@ -58,12 +58,12 @@ class ServerSettings(BaseSettings):
     # `capture_warmup_steps` of warm-up), a kineto capture of `capture_auto_steps` steps is requested, at most one
     # per job per `capture_min_interval_s`. `capture_auto` false turns the check off.
     capture_auto: bool = True
-    capture_warmup_steps: Annotated[int, Field(ge=0)] = 10
-    capture_baseline_steps: Annotated[int, Field(ge=1)] = 50
-    capture_recent_steps: Annotated[int, Field(ge=1)] = 20
-    capture_slowdown_factor: Annotated[float, Field(gt=1.0)] = 1.5
-    capture_min_interval_s: Annotated[float, Field(ge=0.0)] = 3600.0
-    capture_auto_steps: Annotated[int, Field(ge=1, le=100)] = 5
+    capture_warmup_steps: Annotated[int, Field(ge=0)] = 10  # steps skipped before the baseline
+    capture_baseline_steps: Annotated[int, Field(ge=1)] = 50  # steps whose median is the baseline
+    capture_recent_steps: Annotated[int, Field(ge=1)] = 20  # latest steps compared with it
+    capture_slowdown_factor: Annotated[float, Field(gt=1.0)] = 1.5  # recent / baseline median that fires
+    capture_min_interval_s: Annotated[float, Field(ge=0.0)] = 3600.0  # at most one automatic capture a job per this
+    capture_auto_steps: Annotated[int, Field(ge=1, le=100)] = 5  # steps an automatic capture traces
 
     @field_validator("database_url", mode="after")
     @classmethod
