@@ -7,7 +7,8 @@ Fields may be added, never renamed (PRODUCT.md).
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -172,3 +173,78 @@ class CompareOut(BaseModel):
     jobs: list[CompareRun]
     best: CompareBest
     findings: list[str]
+
+
+# ------------------------------------------------------------------------------------------- captures (issue #19)
+CaptureKind = Literal["kineto", "allocator"]
+CaptureState = Literal["requested", "delivered", "capturing", "uploaded", "analyzed", "failed"]
+CaptureReport = Literal["delivered", "capturing", "failed"]
+TriggerKind = Literal["manual", "step_time_regression", "straggler"]
+MAX_CAPTURE_STEPS = 100
+
+
+class CaptureCreate(BaseModel):
+    """POST /api/v1/jobs/{job_id}/captures: what to capture of a running job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: CaptureKind = Field(description="kineto: torch.profiler over the steps; allocator: the CUDA allocator "
+                                          "history over the steps")
+    steps: int = Field(ge=1, le=MAX_CAPTURE_STEPS, description="how many training steps to capture")
+    ranks: list[Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
+        None, min_length=1, max_length=4096, description="the ranks that capture; null: every rank")
+
+
+class CaptureStateUpdate(BaseModel):
+    """POST /api/v1/jobs/{job_id}/captures/{capture_id}/state: the hooks' report of where a capture is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: CaptureReport
+    reason: str | None = Field(None, max_length=2000, description="why it failed (required with `failed`)")
+    rank: int | None = Field(None, ge=0, le=1_000_000, description="the reporting process's rank")
+
+
+class CaptureTrigger(BaseModel):
+    """Why a capture was requested: by someone (`manual`), or by the server on a step-time regression or a straggler
+    rank, with its evidence (the step medians in seconds, their factor and the steps they cover)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: TriggerKind
+    summary: str
+    baseline_median_step_s: float | None = None
+    recent_median_step_s: float | None = None
+    factor: float | None = None
+    baseline_steps: list[int] | None = Field(None, description="[first, last] step of the baseline window")
+    recent_steps: list[int] | None = Field(None, description="[first, last] step of the recent window")
+    rank: int | None = Field(None, description="the rank whose steps were compared")
+    straggler_rank: int | None = None
+    healthy_rank: int | None = None
+
+
+class Capture(BaseModel):
+    """A live capture and its state. Times are ISO-8601 UTC."""
+
+    capture_id: str
+    job_id: str
+    kind: CaptureKind
+    steps: int
+    ranks: list[int] | None
+    state: CaptureState
+    reason: str | None
+    trigger: CaptureTrigger
+    requested_at: datetime
+    delivered_at: datetime | None
+    capturing_at: datetime | None
+    uploaded_at: datetime | None
+    analyzed_at: datetime | None
+    failed_at: datetime | None
+    trace_ids: list[int]
+    requested_by: str | None
+
+
+class CaptureList(BaseModel):
+    """GET /api/v1/jobs/{job_id}/captures: newest first."""
+
+    captures: list[Capture]

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rightsizing": ("fleetprof.commands.rightsizing",
                     "what to request for a job or a recurring job's next run, and why"),
     "replay": ("fleetprof.commands.replay", "send a recorded telemetry file through the ingest API"),
+    "capture": ("fleetprof.commands.capture", "ask a running job for a live capture (Kineto or allocator trace)"),
     "import-trace": ("fleetprof.commands.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
     "estimate": ("embedded.estimate", "pre-training memory/time/energy estimate"),
     "completion": ("fleetprof.completion", "print a shell completion script: `fleetprof completion bash|zsh`"),

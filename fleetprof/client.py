@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from fleetprof.api_models import CompareOut
+from fleetprof.api_models import Capture, CaptureList, CompareOut
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.settings import ClientSettings, connection, load_client_settings
@@ -345,6 +345,31 @@ class Client:
                                   content_type="application/gzip", params={"filename": filename, "rank": rank},
                                   compress=False, progress=progress).body
         return body
+
+    # ------------------------------------------------------------------------------------------ live captures
+    def captures(self, job_id: str, *, state: str | None = None) -> list[Capture]:
+        """GET /api/v1/jobs/{job_id}/captures: the job's captures, newest first (`state`: only those in it)."""
+        return CaptureList.model_validate(self.get_json(job_path(job_id, "captures"), state=state)).captures
+
+    def request_capture(self, job_id: str, *, kind: str = "kineto", steps: int = 5,
+                        ranks: list[int] | None = None) -> Capture:
+        """POST /api/v1/jobs/{job_id}/captures: ask the running job's hooks to capture `steps` steps (`kind`
+        kineto or allocator) on `ranks` (None: every rank). The answer is the capture, `requested`."""
+        return Capture.model_validate(self.post_json(job_path(job_id, "captures"),
+                                                     {"kind": kind, "steps": steps, "ranks": ranks}))
+
+    def capture_state(self, job_id: str, capture_id: str, state: str | None = None, *, reason: str | None = None,
+                      rank: int | None = None) -> Capture:
+        """A capture: as it is (`state` None), or after reporting `state` (delivered, capturing, or failed with
+        `reason`), as the hooks do."""
+        if state is None:
+            found = [c for c in self.captures(job_id) if c.capture_id == capture_id]
+            if not found:
+                raise ApiError(404, f"capture {capture_id!r} of job {job_id!r} not found", method="GET",
+                               path=job_path(job_id, "captures"))
+            return found[0]
+        return Capture.model_validate(self.post_json(job_path(job_id, "captures", capture_id, "state"),
+                                                     {"state": state, "reason": reason, "rank": rank}))
 
     # ------------------------------------------------------------------------------------------ ingest (agent)
     def ingest_samples(self, batch: Mapping[str, Any]) -> Json:

@@ -324,6 +324,35 @@ class TracesSection(Section):
     snapshot: Json | None = Field(None, description="OPEN: the latest memory snapshot's summary")
 
 
+class CaptureComparison(Section):
+    """An automatic capture's evidence: the recent step median against the job's baseline."""
+
+    baseline_median_step_s: float
+    recent_median_step_s: float
+    factor: float = Field(description="recent / baseline")
+
+
+class CaptureEntry(Section):
+    capture_id: str
+    kind: str = Field(description="kineto | allocator")
+    steps: int
+    ranks: list[int] | None = Field(description="null: every rank")
+    state: str
+    reason: str | None
+    trigger_kind: str = Field(description="manual | step_time_regression | straggler")
+    trigger_summary: str
+    requested_at: float = Field(description="epoch s")
+    analyzed_at: float | None = Field(description="epoch s")
+    trace_ids: list[int]
+    breakdown: TimeBreakdown | None = Field(description="the capture's Kineto time breakdown, its ranks together; "
+                                                        "null unless an analyzed kineto capture")
+    comparison: CaptureComparison | None = Field(description="automatic captures: recent vs baseline step medians")
+
+
+class CapturesSection(Section):
+    captures: list[CaptureEntry] = Field(description="newest first")
+
+
 def _source(key: str) -> Any:
     return Field(None, alias=key)
 
@@ -373,3 +402,4 @@ class JobReport(Section):
     optimization: Json | None = Field(None, description="OPEN: offset/swap plans and fragmentation findings")
     framework: FrameworkSection | None = Field(None, description="the hooks' reading of the training process; "
                                                                  "null: no hooks")
+    captures: CapturesSection | None = Field(None, description="live captures (issue #19); null: none requested")

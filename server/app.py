@@ -115,6 +115,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app = FastAPI(title="fleetprof", version="1.0", description=API_DESCRIPTION, lifespan=lifespan,
                   generate_unique_id_function=operation_id)
 
+    from server.captures.router import router as captures_router
     from server.errors import install_error_handlers
     from server.estimate.router import router as estimate_router
     from server.fleet.dashboard_router import router as fleet_views_router
@@ -129,7 +130,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     app.include_router(health_router)
-    for r in (ingest_router, jobs_router, recurring_router, traces_router, nodes_router, fleet_router,
+    # captures before jobs: the jobs router's catch-all `GET /jobs/{job_id}/{rest}` answers 404
+    for r in (ingest_router, captures_router, jobs_router, recurring_router, traces_router, nodes_router, fleet_router,
               fleet_views_router, estimate_router):
         app.include_router(r, responses=API_ERROR_RESPONSES)  # all authenticated: 401/403/404/422/429 as Problem
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -51,6 +52,18 @@ class ServerSettings(BaseSettings):
     grid_intensity_g_per_kwh: float = 400.0  # grid carbon intensity for CO2e (g per facility kWh)
     pue: float = 1.2  # power usage effectiveness: facility kWh = GPU kWh x PUE
     price_per_kwh_usd: float = 0.12  # electricity price for a report's cost (per facility kWh)
+
+    # Automatic captures (server.captures.auto): when the median of a rank's last `capture_recent_steps` steps
+    # exceeds `capture_slowdown_factor` x its baseline (the median of `capture_baseline_steps` steps after
+    # `capture_warmup_steps` of warm-up), a kineto capture of `capture_auto_steps` steps is requested, at most one
+    # per job per `capture_min_interval_s`. `capture_auto` false turns the check off.
+    capture_auto: bool = True
+    capture_warmup_steps: Annotated[int, Field(ge=0)] = 10  # steps skipped before the baseline
+    capture_baseline_steps: Annotated[int, Field(ge=1)] = 50  # steps whose median is the baseline
+    capture_recent_steps: Annotated[int, Field(ge=1)] = 20  # latest steps compared with it
+    capture_slowdown_factor: Annotated[float, Field(gt=1.0)] = 1.5  # recent / baseline median that fires
+    capture_min_interval_s: Annotated[float, Field(ge=0.0)] = 3600.0  # at most one automatic capture a job per this
+    capture_auto_steps: Annotated[int, Field(ge=1, le=100)] = 5  # steps an automatic capture traces
 
     @field_validator("database_url", mode="after")
     @classmethod

@@ -95,6 +95,8 @@ EventWriterAuth = Annotated[Principal, _scoped("agent", "team")]
 JobReaderAuth = Annotated[Principal, _scoped("team", "scheduler")]
 SchedulerAuth = Annotated[Principal, _scoped("team", "scheduler")]
 OperatorAuth = Annotated[Principal, _scoped()]
+# Live captures (POST/GET .../captures): a team on its own jobs, operators on any
+CaptureAuth = Annotated[Principal, _scoped("team")]
 
 
 # Times in query strings (`since`, `until`): seconds since epoch (UTC), finite and at most 1e11 (year 5138), checked

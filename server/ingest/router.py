@@ -117,7 +117,7 @@ async def ingest_events(request: Request, principal: EventWriterAuth, settings: 
             batch = _validate(EventBatch, parse_json(body))
             with session_scope(request.app.state.sessionmaker) as session:
                 result = service.ingest_events(session, batch, principal=principal, now=time.time(),
-                                               max_future_skew_s=settings.max_future_skew_s)
+                                               max_future_skew_s=settings.max_future_skew_s, settings=settings)
             INGEST_BATCHES.labels(kind="events", duplicate=str(result.duplicate).lower()).inc()
             for job_pk in result.jobs_ended:
                 dispatcher.characterize(job_pk)

@@ -29,6 +29,8 @@ from fleetprof.protocol import (
 )
 from server.auth.policy import require_node
 from server.auth.service import Principal
+from server.captures import auto as capture_auto
+from server.config import ServerSettings
 from server.db import dialect_insert, is_postgres, raw_connection, rowcount
 from server.errors import InvalidInput
 from server.fleet.service import note_late_samples
@@ -219,7 +221,9 @@ def _ingest_processes(session: Session, batch: SampleBatch, gpu_ids: dict[str, i
 
 
 def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, now: float,
-                  max_future_skew_s: float) -> IngestResult:
+                  max_future_skew_s: float, settings: ServerSettings | None = None) -> IngestResult:
+    """Store a batch of framework events. With `settings`, the jobs whose steps arrived are checked for a step-time
+    regression (server.captures.auto), which may request a capture."""
     check_timestamps([e.ts for e in batch.events], now=now, max_future_skew_s=max_future_skew_s, what="events")
     # Authorise every job first, so that a batch naming another team's job changes nothing.
     jobs = {}
@@ -265,4 +269,13 @@ def ingest_events(session: Session, batch: EventBatch, *, principal: Principal, 
     if layer_rows:
         session.execute(ins(LayerStat).on_conflict_do_nothing(), layer_rows)
     session.flush()
+    if settings is not None and step_rows:
+        first_rank: dict[int, int] = {}  # per job, the lowest rank whose steps arrived: the one watched
+        for ev in batch.events:
+            if isinstance(ev, StepEvent):
+                pk = jobs[ev.job_id].id
+                first_rank[pk] = min(first_rank.get(pk, ev.rank), ev.rank)
+        for job in jobs.values():
+            if job.id in first_rank:
+                capture_auto.check_job(session, job=job, rank=first_rank[job.id], settings=settings)
     return IngestResult(len(batch.events), False, tuple(ended))

@@ -14,13 +14,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from server.analysis import characterize as characterize_mod
 from server.analysis.fleet.rollup import job_fleet_row
 from server.analysis.planning.fit_advice import fit_recommendations
+from server.analysis.traces.captures import CaptureRow, captures_section
 from server.analysis.traces.sections import merge_trace_sections
 from server.config import ServerSettings
 from server.db import dialect_insert, session_scope
 from server.jobs import plot_views
 from server.jobs.loader import job_gpu_windows, load_job_data
-from server.models import TERMINAL_STATES, Job, Report, Trace
-from server.models.base import from_epoch
+from server.models import TERMINAL_STATES, Capture, Job, Report, Trace
+from server.models.base import from_epoch, to_epoch
 
 # Samples may reach the server after the job ended (an agent's spool draining after an outage): a report
 # computed within this window after the end is not final, and is recomputed when asked for.
@@ -33,9 +34,16 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
     running = job.state not in TERMINAL_STATES
     report = characterize_mod.characterize(load_job_data(session, job, settings, now=now, incremental=running),
                                            now=now)
-    traces = [t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
-              for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))]
-    merge_trace_sections(report, traces)
+    captures = list(session.scalars(select(Capture).where(Capture.job_pk == job.id)
+                                    .order_by(Capture.requested_at.desc(), Capture.id.desc())))
+    captured = {tid for c in captures for tid in c.trace_ids or []}
+    summaries = {t.id: t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
+                 for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))}
+    # A live capture's traces are shown per capture (a capture traces its ranks again: they do not combine with the
+    # job's own profile uploads)
+    merge_trace_sections(report, [s for tid, s in summaries.items() if tid not in captured])
+    section = captures_section([_capture_row(c) for c in captures], summaries)
+    report["captures"] = None if section is None else section.model_dump(mode="json")
     # near or past capacity: needs the layer table and the trace's breakdown, so after the merge
     report["recommendations"] = [*(report.get("recommendations") or []),
                                  *(r.model_dump(mode="json") for r in fit_recommendations(report))]
@@ -56,6 +64,15 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
         plot_views.store(session, job, job_gpu_windows(session, job, now=now_dt), computed_at=now_dt)
     session.expire_all()
     return report
+
+
+def _capture_row(capture: Capture) -> CaptureRow:
+    requested = to_epoch(capture.requested_at)
+    assert requested is not None
+    return CaptureRow(capture_id=capture.capture_id, kind=capture.kind, steps=capture.steps, ranks=capture.ranks,
+                      state=capture.state, reason=capture.reason, trigger=capture.trigger or {},
+                      requested_at_s=requested, analyzed_at_s=to_epoch(capture.analyzed_at),
+                      trace_ids=list(capture.trace_ids or []))
 
 
 def cached_report(session: Session, job: Job) -> Report | None:

@@ -2,6 +2,7 @@
 
 from server.models.api_token import SCOPES, ApiToken
 from server.models.base import Base
+from server.models.capture import CAPTURE_KINDS, CAPTURE_STATES, FINAL_CAPTURE_STATES, Capture
 from server.models.framework import JobEvent, JobStep, LayerStat
 from server.models.gpu import Gpu
 from server.models.gpu_job_hourly import GpuJobHourly
@@ -18,7 +19,8 @@ from server.models.rollup import GpuHourly, RollupBacklog
 from server.models.trace import Trace
 
 __all__ = [
-    "SCOPES", "ApiToken", "Base", "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
+    "SCOPES", "ApiToken", "Base", "CAPTURE_KINDS", "CAPTURE_STATES", "FINAL_CAPTURE_STATES", "Capture",
+    "JobEvent", "JobStep", "LayerStat", "Gpu", "GpuSample", "IngestBatch",
     "JOB_STATES", "TERMINAL_STATES", "Job", "JobGpu", "Node", "PlotView", "ProcessSample", "RegisteredModel", "Report",
     "GpuHourly", "GpuJobHourly", "RollupBacklog",
     "Trace",

@@ -7,9 +7,10 @@ import os
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from server.captures import service as capture_service
 from server.db import session_scope
 from server.deps import EventWriterAuth, SettingsDep
-from server.errors import PayloadTooLarge
+from server.errors import DomainError, PayloadTooLarge
 from server.job_paths import JOB
 from server.jobs import service as job_service
 from server.traces import service as trace_service
@@ -26,12 +27,16 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["traces"])
              summary="Upload a PyTorch profiler (Kineto) trace (.json or .json.gz) or a memory snapshot JSON")
 async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth, settings: SettingsDep,
                        filename: str | None = Query(None, max_length=500),
-                       rank: int | None = Query(None, ge=0, le=1_000_000)) -> TraceRead:
+                       rank: int | None = Query(None, ge=0, le=1_000_000),
+                       capture_id: str | None = Query(None, max_length=40,
+                                                      description="the live capture this trace carries")) -> TraceRead:
     factory = request.app.state.sessionmaker
 
     def authorise() -> None:  # before reading a possibly large body; off the event loop, as all database work
         with session_scope(factory) as session:
-            job_service.get_writable_job(session, job_id=job_id, principal=principal)
+            job = job_service.get_writable_job(session, job_id=job_id, principal=principal)
+            if capture_id is not None:  # 404 before the body is read: a capture of another job, or none
+                capture_service.get_capture(session, job=job, capture_id=capture_id)
 
     await run_in_threadpool(authorise)
     blob_dir = settings.blob_dir
@@ -52,13 +57,31 @@ async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth
                 with session_scope(factory) as session:
                     job = job_service.get_writable_job(session, job_id=job_id, principal=principal)
                     key = trace_service.blob_key(job, upload)
+                    capture = None if capture_id is None else capture_service.get_capture(
+                        session, job=job, capture_id=capture_id)
                     trace, created = trace_service.store_upload(session, job=job, upload=upload, blob_dir=blob_dir,
                                                                 filename=filename, rank=rank,
-                                                                max_trace_bytes=settings.max_trace_bytes)
+                                                                max_trace_bytes=settings.max_trace_bytes,
+                                                                # each capture traces its ranks again
+                                                                one_per_rank=capture is None)
+                    if capture is not None:
+                        capture_service.link_trace(session, capture=capture, trace_id=trace.id)
                     return TraceRead(job_id=job_id, kind=trace.kind, filename=trace.filename, rank=trace.rank,
                                      size_bytes=trace.size_bytes, sha256=trace.sha256, created=created,
+                                     capture_id=capture_id,
                                      # the plans' entries are read from GET .../plans/offsets and /plans/swap
                                      summary={k: v for k, v in trace.summary.items() if k != "plans"})
+            except DomainError as exc:
+                if capture_id is not None and exc.status_code != 404:  # the capture's trace could not be analyzed
+                    with session_scope(factory) as session:
+                        job = job_service.get_writable_job(session, job_id=job_id, principal=principal)
+                        capture_service.fail_analysis(
+                            session, capture=capture_service.get_capture(session, job=job, capture_id=capture_id),
+                            reason=exc.message)
+                if key is not None:
+                    with session_scope(factory) as session:
+                        trace_service.discard_unreferenced_blob(session, blob_dir=blob_dir, key=key)
+                raise
             except BaseException:
                 if key is not None:  # the row was refused (flush or commit): no blob without its row
                     with session_scope(factory) as session:

@@ -16,3 +16,4 @@ class TraceRead(BaseModel):
     sha256: str
     created: bool
     summary: dict[str, Any]
+    capture_id: str | None = None  # the live capture this trace carried

@@ -171,8 +171,10 @@ def blob_key(job: Job, upload: StagedUpload) -> str:
 
 
 def store_upload(session: Session, *, job: Job, upload: StagedUpload, blob_dir: Path, filename: str | None,
-                 rank: int | None, max_trace_bytes: int) -> tuple[Trace, bool]:
-    """Parse, store the blob and the summary; (trace, created). The same bytes uploaded again are a no-op."""
+                 rank: int | None, max_trace_bytes: int, one_per_rank: bool = True) -> tuple[Trace, bool]:
+    """Parse, store the blob and the summary; (trace, created). The same bytes uploaded again are a no-op.
+    `one_per_rank`: a second Kineto trace of a rank is a Conflict (a live capture's traces are exempt: each capture
+    traces its ranks again, and the report shows them per capture)."""
     existing = session.scalars(select(Trace).where(Trace.job_pk == job.id, Trace.sha256 == upload.sha256)).first()
     if existing is not None:
         return existing, False
@@ -180,7 +182,7 @@ def store_upload(session: Session, *, job: Job, upload: StagedUpload, blob_dir: 
     summary = (_kineto_summary if kind == "kineto" else _snapshot_summary)(upload, max_trace_bytes)
     if kind == "kineto":
         rank = rank if rank is not None else summary.get("rank")
-        if rank is not None:
+        if rank is not None and one_per_rank:
             clash = session.scalars(select(Trace).where(Trace.job_pk == job.id, Trace.kind == "kineto",
                                                         Trace.rank == rank)).first()
             if clash is not None:

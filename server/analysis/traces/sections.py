@@ -16,6 +16,21 @@ from server.analysis.traces.kineto import combine_ranks
 BREAKDOWN_KEYS = ("idle_pct", "compute_pct", "non_compute_pct", "span_us", "communication_us")
 
 
+def breakdown_of(totals: dict[str, Any]) -> TimeBreakdown | None:
+    """The time breakdown of combined Kineto totals (server.analysis.traces.kineto.combine_ranks); None without."""
+    return TimeBreakdown.model_validate({k: totals.get(k) for k in BREAKDOWN_KEYS}) if totals else None
+
+
+def kineto_breakdown(kineto: list[dict[str, Any]]) -> TimeBreakdown | None:
+    """The breakdown of these ranks' Kineto summaries together; None when there are none or they do not combine."""
+    if not kineto:
+        return None
+    try:
+        return breakdown_of(combine_ranks(kineto).get("totals") or {})
+    except ValueError:
+        return None
+
+
 def largest_plan(traces: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the upload whose plan the report shows, its `optimization`): the one with the largest lower bound."""
     planned = [t for t in traces if isinstance(t.get("optimization"), dict)]
@@ -39,7 +54,7 @@ def trace_sections(report: JobReport, traces: list[dict[str, Any]]) -> JobReport
             combined = {"error": str(exc)}
         section["kineto"] = combined
         totals = combined.get("totals") or {}
-        breakdown = TimeBreakdown.model_validate({k: totals.get(k) for k in BREAKDOWN_KEYS}) if totals else None
+        breakdown = breakdown_of(totals)
         update["time"] = report.time.model_copy(update={"breakdown": breakdown})
         sources["time.breakdown"] = "kineto (HTA-compatible temporal breakdown)"
         memory = report.memory.model_dump(exclude_unset=True)
