@@ -44,6 +44,7 @@ def upgrade() -> None:
         _ts("requested_at", nullable=False), _ts("delivered_at"), _ts("capturing_at"), _ts("uploaded_at"),
         _ts("analyzed_at"), _ts("failed_at"),
         sa.Column("trace_ids", _json(), nullable=False),
+        sa.Column("delivered_ranks", _json(), nullable=False),
         sa.ForeignKeyConstraint(["job_pk"], ["jobs.id"], name=op.f("fk_captures_job_pk_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_captures")),
         sa.UniqueConstraint("capture_id", name=op.f("uq_captures_capture_id")),

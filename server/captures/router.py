@@ -38,10 +38,13 @@ def request_capture(job_id: str, data: CaptureCreate, principal: CaptureAuth, se
             summary="A job's captures, newest first (the hooks poll `?state=requested`)")
 def list_captures(job_id: str, principal: CaptureAuth, session: SessionDep,
                   state: Annotated[CaptureState | None, Query(description="only captures in this state")] = None,
+                  rank: Annotated[int | None, Query(ge=0, description=(
+                      "with state=requested: the captures still pending for this rank (the hooks' poll), also "
+                      "those another rank of a multi-rank capture already took"))] = None,
                   ) -> CaptureList:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return CaptureList(captures=[capture_service.to_read(c, job)
-                                 for c in capture_service.list_captures(session, job=job, state=state)])
+                                 for c in capture_service.list_captures(session, job=job, state=state, rank=rank)])
 
 
 @router.post(f"{JOB}/captures{CAPTURE_ID}/state", response_model=CaptureRead,

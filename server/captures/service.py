@@ -54,11 +54,25 @@ def request_capture(session: Session, *, job: Job, data: CaptureCreate, trigger:
     return capture
 
 
-def list_captures(session: Session, *, job: Job, state: str | None = None) -> list[Capture]:
+def list_captures(session: Session, *, job: Job, state: str | None = None, rank: int | None = None) -> list[Capture]:
+    """The job's captures, newest first. With `state=requested` and a `rank` (the hooks' poll): the captures still
+    pending for that rank — requested ones it is named in, and ones another rank already took (delivered or
+    capturing) that name this rank too and that it has not taken yet: every rank of a multi-rank capture sees it."""
     stmt = select(Capture).where(Capture.job_pk == job.id)
-    if state is not None:
+    if state is not None and not (state == "requested" and rank is not None):
         stmt = stmt.where(Capture.state == state)
-    return list(session.scalars(stmt.order_by(Capture.requested_at.desc(), Capture.id.desc())))
+    captures = list(session.scalars(stmt.order_by(Capture.requested_at.desc(), Capture.id.desc())))
+    if state == "requested" and rank is not None:
+        captures = [c for c in captures if _pending_for(c, rank)]
+    return captures
+
+
+def _pending_for(capture: Capture, rank: int) -> bool:
+    if capture.ranks is not None and rank not in capture.ranks:
+        return False
+    if capture.state == "requested":
+        return True
+    return capture.state in ("delivered", "capturing") and rank not in (capture.delivered_ranks or [])
 
 
 def get_capture(session: Session, *, job: Job, capture_id: str) -> Capture:
@@ -74,7 +88,10 @@ def report_state(session: Session, *, capture: Capture, update: CaptureStateUpda
     """Apply the hooks' report (delivered, capturing or failed)."""
     if update.state == "failed" and not (update.reason and update.reason.strip()):
         raise InvalidInput("`reason` is required when a capture failed")
+    if update.state == "delivered" and update.rank is not None and update.rank not in (capture.delivered_ranks or []):
+        capture.delivered_ranks = [*(capture.delivered_ranks or []), update.rank]  # a new list: the JSON column sees it
     if update.state == capture.state and update.state != "failed":
+        session.flush()
         return capture  # another rank saying the same
     if update.state == "failed":
         if capture.state in FINAL_CAPTURE_STATES:

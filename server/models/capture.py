@@ -41,3 +41,5 @@ class Capture(Base):
     analyzed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     failed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     trace_ids: Mapped[list[int]] = mapped_column(JsonDoc, default=list)
+    # the ranks that took the request (a capture of several ranks stays pending for the others; see list_captures)
+    delivered_ranks: Mapped[list[int]] = mapped_column(JsonDoc, default=list)

@@ -45,7 +45,7 @@ def test_kineto_capture_mid_run(recorder: Recorder, tmp_path: Path) -> None:
     assert rc == 0, err
     assert recorder.states(cid) == ["delivered", "capturing"]
     assert all(b["rank"] == 0 for _, b in recorder.state_posts)
-    assert all(q == "/api/v1/jobs/job-hooks-test/captures?state=requested" for q in recorder.capture_polls)
+    assert all(q == "/api/v1/jobs/job-hooks-test/captures?state=requested&rank=0" for q in recorder.capture_polls)
     [(path, trace)] = recorder.uploads
     url = urlsplit(path)
     query = parse_qs(url.query)

@@ -93,6 +93,25 @@ def test_state_machine(api, make_token):
     assert _captures(api, team, "cap-sm")[0]["state"] == "failed"
 
 
+def test_every_rank_of_a_multi_rank_capture_sees_it(api, make_token):
+    """The hooks poll `?state=requested&rank=R`: a capture of ranks [0, 1] taken by rank 0 stays pending for rank 1
+    (and for no one else), until rank 1 takes it too."""
+    team = make_token("team", team="nlp")
+    _job(api, team, "cap-ranks")
+    cid = _request(api, team, "cap-ranks", ranks=[0, 1]).json()["capture_id"]
+    assert [c["capture_id"] for c in _captures(api, team, "cap-ranks", state="requested", rank=2)] == []
+    r = api.post(f"/api/v1/jobs/cap-ranks/captures/{cid}/state", json={"state": "delivered", "rank": 0},
+                 headers=auth(team))
+    assert r.status_code == 200 and r.json()["state"] == "delivered"
+    assert _captures(api, team, "cap-ranks", state="requested", rank=0) == []  # rank 0 has it
+    assert [c["capture_id"] for c in _captures(api, team, "cap-ranks", state="requested", rank=1)] == [cid]
+    assert _captures(api, team, "cap-ranks", state="requested") == []  # without a rank: the state alone
+    r = api.post(f"/api/v1/jobs/cap-ranks/captures/{cid}/state", json={"state": "delivered", "rank": 1},
+                 headers=auth(team))
+    assert r.status_code == 200
+    assert _captures(api, team, "cap-ranks", state="requested", rank=1) == []
+
+
 def test_upload_with_capture_id_links_and_analyzes(api, make_token):
     team, other = make_token("team", team="nlp"), make_token("team", team="cv")
     _job(api, team, "cap-up")
