@@ -1,12 +1,13 @@
 """Live capture requests (issue #19): a Kineto or allocator trace of the next K steps, asked for while the job runs.
 
 The contract (shared with the server): the hooks poll `GET /api/v1/jobs/{job_id}/captures?state=requested&rank=R`
-(R: this process's rank) with the job's own token every `FLEETPROF_HOOKS_CAPTURE_POLL_S` seconds (default 10,
-0 = off), on a daemon thread of their own that starts at the end of step 0 (so DataLoader workers and idle spawned
+(R: this process's rank) with the job's own token every `FLEETPROF_HOOKS_CAPTURE_POLL_S` seconds (default 10, 0 =
+off), on a daemon thread of their own that starts at the end of step 0 (so DataLoader workers and idle spawned
 children never poll, and the rank is known by then). A request whose `ranks` include this process's rank (or is
-null) is reported `delivered`, and handed to the training thread, which starts it at the next step boundary (`capturing`) and stops it K boundaries later; the trace
-goes up through `POST /api/v1/jobs/{job_id}/traces?capture_id=<id>` on the sender thread. One capture at a time:
-the poller takes no new request while one is in hand, so several requests are served one after the other.
+null) is reported `delivered`, and handed to the training thread, which starts it at the next step boundary
+(`capturing`) and stops it K boundaries later; the trace goes up through `POST
+/api/v1/jobs/{job_id}/traces?capture_id=<id>` on the sender thread. One capture at a time: the poller takes no new
+request while one is in hand, so several requests are served one after the other.
 
 Nothing here may stall or crash the job: the training thread only reads one attribute per step outside capture
 windows (`CaptureManager.busy`) and never does I/O; a failing poll is retried at the poll rate; a 401/404 answer
