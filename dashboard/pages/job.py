@@ -1,11 +1,14 @@
 """Job report page: memory, power and utilization timelines, step times, layers, energy, recommendations,
 optimization plans, and the HTML report to download.
 
-Two server callbacks, started together when the page opens, each fetching its API data in parallel:
+Three server callbacks, started together when the page opens, each fetching its API data in parallel:
 - `_report`: the job and its stored report -> KPIs, energy, recommendations, plans, layers, GPUs, sources;
 - `_timelines`: memory, power and utilization series (one call: the API reads each GPU's samples once) and the
   framework steps, downsampled by the API to the plots' width -> the three time plots and the step-time
-  histogram.
+  histogram;
+- `_captures`: the job and its live captures (issue #19), with the report's breakdowns of analyzed ones -> the
+  Captures list and whether the Capture control is enabled (a running job only). `_request_capture` POSTs a
+  capture with the signed-in token and re-runs `_captures`.
 A zoom on any time plot (or its reset) re-runs `_timelines` for the range, so the plots show it at full
 resolution and share one time axis. The browser decides what counts as a zoom (`job-view`, a clientside
 callback): the plots' own autosize events never reach the server.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 import dash
@@ -28,9 +31,9 @@ from dashboard.client import ApiError, gather
 from dashboard.components import by_suffix, client_for, error_box, kpi, section, table
 from dashboard.pages.compare import compare_href
 from dashboard.session import AuthStore
-from fleetprof.api_models import JobRead
+from fleetprof.api_models import Capture, JobRead
 from fleetprof.jobid import job_id_problem
-from fleetprof.report import JobReport, ProcessMemory
+from fleetprof.report import CaptureEntry, JobReport, ProcessMemory, TimeBreakdown
 
 _GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 CONTENT_MAX_PX = 1500  # .content max-width in assets/style.css
@@ -54,6 +57,7 @@ def layout(job_id: str | None = None, **_: Any) -> html.Div:
                   dcc.Download(id="job-download")], className="page-head"),
         html.Div(id="job-compare", className="compare-links"),
         dcc.Loading(html.Div(id="job-summary"), type="dot"),
+        captures_card(),
         html.P("Drag on a time plot to zoom: all three are fetched again at full resolution for the range. "
                "Double-click to reset.", className="muted"),
         dcc.Graph(id="job-memory", config=_GRAPH_CONFIG),
@@ -363,6 +367,97 @@ def sources_section(report: JobReport) -> html.Section:
     return section("Where each figure came from", table(["figure", "source"], rows))
 
 
+# ------------------------------------------------------------------------------------------------ captures
+
+CAPTURE_KINDS = ("kineto", "allocator")
+CAPTURE_STEPS_DEFAULT, CAPTURE_STEPS_MAX = 5, 100  # the API takes 1..100 steps
+CAPTURE_TRIGGERS = {"manual": "manual", "step_time_regression": "automatic: step-time regression",
+                    "straggler": "automatic: straggler rank"}
+
+
+def _epoch(when: Any) -> float | None:
+    return None if when is None else when.timestamp()
+
+
+def _ms(value_s: float | None) -> str:
+    return fmt.UNKNOWN if value_s is None else f"{value_s * 1000:,.1f} ms"
+
+
+def capture_control_state(job: JobRead) -> tuple[bool, str]:
+    """(disabled, why) of the Capture button: only a running job's hooks can take a capture."""
+    if job.state == "running":
+        return False, "Captures the next steps of the running job (its hooks poll for requests)."
+    return True, f"Capture is only for a running job: this one is {fmt.text(job.state)}."
+
+
+def capture_breakdown(b: TimeBreakdown | None) -> str:
+    """An analyzed kineto capture's time breakdown, each figure with its unit; unknown where not measured."""
+    if b is None:
+        return fmt.UNKNOWN
+    span = fmt.UNKNOWN if b.span_us is None else fmt.seconds(b.span_us / 1e6)
+    comm = fmt.UNKNOWN if b.communication_us is None else fmt.seconds(b.communication_us / 1e6)
+    return (f"compute {fmt.pct(b.compute_pct)}, non-compute {fmt.pct(b.non_compute_pct)}, idle {fmt.pct(b.idle_pct)}"
+            f"; span {span}, communication {comm}")
+
+
+def capture_medians(capture: Capture, entry: CaptureEntry | None) -> str | None:
+    """An automatic capture's baseline vs recent step median (ms, with their factor); None for a manual one."""
+    if capture.trigger.kind == "manual":
+        return None
+    t, comp = capture.trigger, entry.comparison if entry else None
+    base = t.baseline_median_step_s if t.baseline_median_step_s is not None else \
+        (comp.baseline_median_step_s if comp else None)
+    recent = t.recent_median_step_s if t.recent_median_step_s is not None else \
+        (comp.recent_median_step_s if comp else None)
+    factor = t.factor if t.factor is not None else (comp.factor if comp else None)
+    text = f"baseline {_ms(base)} → recent {_ms(recent)}"
+    return text + (f" (×{factor:,.2f})" if factor is not None else " (factor unknown)")
+
+
+def captures_table(captures: list[Capture], entries: Mapping[str, CaptureEntry] | None = None) -> Any:
+    """The job's captures, newest first: trigger (and its summary), state, kind, steps, times; an analyzed
+    capture's breakdown (from the report's entry of the same id), an automatic one's step medians."""
+    entries = entries or {}
+    rows = []
+    for c in captures:
+        entry = entries.get(c.capture_id)
+        trigger: list[Any] = [html.B(CAPTURE_TRIGGERS.get(c.trigger.kind, c.trigger.kind)),
+                              html.Div(fmt.text(c.trigger.summary), className="muted")]
+        medians = capture_medians(c, entry)
+        if medians:
+            trigger.append(html.Div(medians, className="capture-medians"))
+        state: list[Any] = [html.Span(c.state, className=f"capture-state capture-{c.state}")]
+        if c.reason:
+            state.append(html.Div(c.reason, className="muted"))
+        if c.state == "analyzed" and c.kind == "kineto":
+            result: Any = capture_breakdown(entry.breakdown if entry else None)
+        elif c.state == "analyzed":
+            result = f"{len(c.trace_ids):,} trace(s) analyzed (allocation trace: see Optimization plans)"
+        else:
+            result = "not analyzed yet" if c.state != "failed" else "none (failed)"
+        last = max((t for t in (c.delivered_at, c.capturing_at, c.uploaded_at, c.analyzed_at, c.failed_at)
+                    if t is not None), default=None)
+        rows.append([c.capture_id, trigger, state, c.kind, fmt.count(c.steps, "steps"),
+                     "all" if c.ranks is None else ", ".join(str(r) for r in c.ranks),
+                     fmt.timestamp(_epoch(c.requested_at)), fmt.timestamp(_epoch(last)),
+                     fmt.text(c.requested_by), result])
+    return table(["capture", "trigger", "state", "kind", "steps", "ranks", "requested", "last change",
+                  "requested by", "breakdown"], rows, id="job-captures-list", empty="no captures of this job")
+
+
+def captures_card() -> html.Section:
+    """The Captures section: the request control (filled by `_captures`) and the list."""
+    return section("Captures", html.Div([
+        html.Label(["kind ", dcc.Dropdown(id="job-capture-kind", options=list(CAPTURE_KINDS), value="kineto",
+                                          clearable=False, style={"width": "10em", "display": "inline-block"})]),
+        html.Label([" steps ", dcc.Input(id="job-capture-steps", type="number", min=1, max=CAPTURE_STEPS_MAX,
+                                         step=1, value=CAPTURE_STEPS_DEFAULT, style={"width": "5em"})]),
+        html.Button("Capture", id="job-capture-button", n_clicks=0, disabled=True),
+        html.Span(id="job-capture-note", className="muted"),
+    ], className="capture-control"), html.Div(id="job-capture-result"), dcc.Store(id="job-capture-requested"),
+        dcc.Loading(html.Div(id="job-captures"), type="dot"), id="job-captures-card")
+
+
 # ------------------------------------------------------------------------------------------------ callbacks
 
 # What counts as a change of view, decided in the browser: a zoom (an x range) or its reset on one of the time
@@ -472,6 +567,51 @@ def register_callbacks(app: dash.Dash) -> None:
                                                         hover_unit="%", x_range=x_range), "GPU utilization"),
             fig(steps, lambda s: figures.step_time_histogram(s, zoomed=x_range is not None), hist_title),
         )
+
+    @app.callback(Output("job-captures", "children"), Output("job-capture-button", "disabled"),
+                  Output("job-capture-note", "children"), Input("job-id", "data"), Input("auth", "data"),
+                  Input("job-capture-requested", "data"))
+    def _captures(job_id: str, auth: AuthStore | None, _requested: Any):
+        """The captures as the API lists them now (the report adds analyzed ones' breakdowns), and whether the
+        job can be captured. Re-run after each request from this page."""
+        try:
+            with client_for(auth) as c:
+                job_doc, listed = gather(lambda: c.job(job_id), lambda: c.captures(job_id))
+                for answer in (job_doc, listed):
+                    if isinstance(answer, ApiError):
+                        raise answer
+                job = data.job_record(job_doc)
+                captures = cast(list[Capture], listed)  # gather's results share one type: the client's own
+                entries: dict[str, CaptureEntry] = {}
+                if any(x.state == "analyzed" or x.trigger.kind != "manual" for x in captures):
+                    with contextlib.suppress(ApiError):  # the list itself still shows without the report
+                        report = data.job_report(c.report_json(job_id))
+                        if report.captures is not None:
+                            entries = {e.capture_id: e for e in report.captures.captures}
+        except ApiError as exc:
+            return error_box(exc, id="job-captures-error"), True, "captures not available"
+        disabled, why = capture_control_state(job)
+        return captures_table(captures, entries), disabled, why
+
+    @app.callback(Output("job-capture-result", "children"), Output("job-capture-requested", "data"),
+                  Input("job-capture-button", "n_clicks"), State("job-capture-kind", "value"),
+                  State("job-capture-steps", "value"), State("job-id", "data"), State("auth", "data"),
+                  prevent_initial_call=True)
+    def _request_capture(n: int, kind: str | None, steps: Any, job_id: str, auth: AuthStore | None):
+        """POST the capture with the signed-in token; the new capture's state, or the API's refusal."""
+        if not n:
+            raise PreventUpdate
+        if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= CAPTURE_STEPS_MAX:
+            return error_box(f"steps: a whole number from 1 to {CAPTURE_STEPS_MAX}", id="job-capture-error"), \
+                dash.no_update
+        try:
+            with client_for(auth) as c:
+                capture = c.request_capture(job_id, kind=kind or "kineto", steps=steps)
+        except ApiError as exc:
+            return error_box(exc, id="job-capture-error"), dash.no_update
+        done = html.Div(["Capture ", html.B(capture.capture_id), f" ({capture.kind}, {capture.steps:,} steps): ",
+                         html.Span(capture.state, id="job-capture-state")], className="notice")
+        return done, {"capture_id": capture.capture_id, "n": n}
 
     @app.callback(Output("job-download", "data"), Input("job-download-button", "n_clicks"), State("job-id", "data"),
                   State("auth", "data"), prevent_initial_call=True)

@@ -490,3 +490,61 @@ def test_job_page_links_to_compare_with_predicted_and_realized(chrome, dashboard
     driver.find_element(By.ID, "jobs-compare").click()
     _wait(driver, "#compare-applied", applied_runs["setting"])
     assert _console_errors(driver) == []
+
+
+def test_capture_a_running_job_from_its_page(chrome, dashboard_url, live_server, make_token) -> None:  # type: ignore[no-untyped-def]
+    """Issue #19: the Capture control POSTs with the signed-in token, the capture is listed `requested` (and the
+    API has it); a finished job offers no control, and a job that ended after the page opened gets the API's 409."""
+    from selenium.webdriver.common.by import By
+
+    team = make_token("team", team="nlp")
+    for job_id, state in (("cap-live", "running"), ("cap-over", "finished"), ("cap-ends", "running")):
+        r = httpx.post(f"{live_server}/api/v1/jobs", headers=auth(team), timeout=30,
+                       json={"job_id": job_id, "state": state, "started_at": time.time() - 60})
+        assert r.status_code == 200, r.text
+
+    def listed(job_id: str) -> list[dict]:
+        r = httpx.get(f"{live_server}/api/v1/jobs/{job_id}/captures", headers=auth(team), timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()["captures"]
+
+    driver = chrome
+    driver.get_log("browser")
+    _sign_in(driver, dashboard_url, team, "team")
+    driver.get(f"{dashboard_url}/jobs/cap-live")
+    _wait(driver, "#job-captures-list", "no captures of this job")
+    button = _wait(driver, "#job-capture-button")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, TIMEOUT_S).until(lambda d: d.find_element(By.ID, "job-capture-button").is_enabled())
+    steps = driver.find_element(By.ID, "job-capture-steps")
+    assert steps.get_attribute("value") == "5"
+    steps.clear()
+    steps.send_keys("7")
+    button.click()
+    _wait(driver, "#job-capture-state", "requested")
+    _wait(driver, "#job-captures-list", "requested")
+    [capture] = listed("cap-live")
+    assert capture["state"] == "requested" and capture["kind"] == "kineto" and capture["steps"] == 7
+    assert capture["requested_by"] == "team:nlp" and capture["trigger"]["kind"] == "manual"
+    row = driver.find_element(By.ID, "job-captures-list").text
+    assert capture["capture_id"] in row and "7 steps" in row and "manual" in row
+
+    # a finished job: the control is there, disabled, with the reason; nothing can be requested
+    driver.get(f"{dashboard_url}/jobs/cap-over")
+    _wait(driver, "#job-capture-note", "only for a running job")
+    assert "finished" in driver.find_element(By.ID, "job-capture-note").text
+    assert not driver.find_element(By.ID, "job-capture-button").is_enabled()
+    _wait(driver, "#job-captures-list", "no captures of this job")
+
+    # a job that ends while its page is open: the API's refusal (409) is shown, nothing is created
+    driver.get(f"{dashboard_url}/jobs/cap-ends")
+    WebDriverWait(driver, TIMEOUT_S).until(lambda d: d.find_element(By.ID, "job-capture-button").is_enabled())
+    r = httpx.post(f"{live_server}/api/v1/jobs", headers=auth(team), timeout=30,
+                   json={"job_id": "cap-ends", "state": "finished", "ended_at": time.time()})
+    assert r.status_code == 200, r.text
+    driver.find_element(By.ID, "job-capture-button").click()
+    error = _wait(driver, "#job-capture-error", "409")
+    assert "only a running job can be captured" in error.text
+    assert listed("cap-ends") == [] and listed("cap-over") == []
+    assert _console_errors(driver) == []
