@@ -62,13 +62,16 @@ def test_unreadable_environ_falls_back_to_cgroup(tmp_path: Path) -> None:
 
 
 def test_real_child_processes_by_their_environment() -> None:
-    code = "import sys; sys.stdin.read()"
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
     env = {k: v for k, v in os.environ.items() if k not in ("FLEETPROF_JOB_ID", "SLURM_JOB_ID")}
     children = [
-        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, env={**env, **extra})
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         env={**env, **extra})
         for extra in ({"FLEETPROF_JOB_ID": "real-job-1"}, {"SLURM_JOB_ID": "4242"}, {})
     ]
     try:
+        for c in children:  # exec'd: until then /proc shows the environment of the forked parent
+            assert c.stdout is not None and c.stdout.readline() == b"ready\n"
         a = Attributor()  # the real /proc
         got = [a.attribute(c.pid) for c in children]
     finally:

@@ -65,6 +65,9 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/plans/offsets"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/plans/swap"): Rule(JOB_READ, team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True, node_bound=True),
+    ("POST", "/api/v1/jobs/{job_id}/captures"): Rule(("team",), team_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/captures"): Rule(("team",), team_bound=True),
+    ("POST", "/api/v1/jobs/{job_id}/captures/{capture_id}/state"): Rule(("team",), team_bound=True),
     ("POST", "/api/v1/estimate"): Rule(("scheduler", "team")),
     ("GET", "/api/v1/fleet/summary"): Rule(()),
     ("GET", "/api/v1/fleet/rollups"): Rule(()),
@@ -153,6 +156,12 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
             path = template.replace("{job_id}", JOB_OF[team])
             if template.endswith("/traces"):
                 out.append(Call(method, path, content=KINETO, job_team=team, node=NODE, params={"filename": "t.json"}))
+            elif (method, template) == ("POST", "/api/v1/jobs/{job_id}/captures"):
+                out.append(Call(method, path, json={"kind": "kineto", "steps": 3}, job_team=team,
+                                expect={"team_a": 202, "team_b": 202, "operator": 202}))
+            elif template.endswith("/captures/{capture_id}/state"):  # a capture id nobody issued: admitted, 404
+                out.append(Call(method, path.replace("{capture_id}", "0" * 32), json={"state": "delivered"},
+                                job_team=team, expect={"team_a": 404, "team_b": 404, "operator": 404}))
             elif template.endswith(("/timeseries", "/timeseries/batch")):
                 out.append(Call(method, path, params={"metric": "memory_used_bytes"}, job_team=team))
             else:
