@@ -6,11 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
 
-from agent.hooks.profile_trace import submit_upload
-from agent.hooks.sender import EventSender
+from agent.hooks.profile_trace import StepWindowTrace
 from fleetprof.snapshot import snapshot_to_json
 
 log = logging.getLogger(__name__)
@@ -18,17 +15,8 @@ log = logging.getLogger(__name__)
 MAX_ENTRIES = 200_000
 
 
-class AllocTracer:
-    def __init__(self, torch: Any, sender: EventSender, *, job_id: str, steps: int, first: int = 1,
-                 capture_id: str | None = None, on_upload_error: Callable[[BaseException], None] | None = None):
-        self._torch = torch
-        self._sender = sender
-        self._job_id = job_id
-        self.steps = max(0, steps)
-        self.first = first  # the window starts at the end of step first-1 and covers steps first..first+steps-1
-        self.capture_id = capture_id
-        self._on_upload_error = on_upload_error
-        self.active = False
+class AllocTracer(StepWindowTrace):
+    active = False  # recording the allocator's history
 
     def tick(self, steps_done: int, *, cuda: bool, rank: int) -> None:
         """At each boundary: start at the window's first boundary, stop and upload at its end."""
@@ -50,15 +38,10 @@ class AllocTracer:
         self.active = False
         if snapshot is None:
             return
-        first, last = self.first, self.first + self.steps - 1
-        name = f"hooks-alloc-trace-steps-{first}-{last}.json"
-        if self.capture_id is not None:
-            name = f"hooks-capture-{self.capture_id}-alloc-steps-{first}-{last}.json"
 
         def make_body() -> bytes:
             # The "fleetprof.snapshot.v1" document, sent as `fleetprof import-trace` sends one (gzip).
             payload = snapshot_to_json(snapshot)
             return gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), compresslevel=5)
 
-        submit_upload(self._sender, make_body, job_id=self._job_id, filename=name, rank=rank,
-                      capture_id=self.capture_id, on_error=self._on_upload_error)
+        self._upload(make_body, rank=rank, name="alloc-trace", capture_name="alloc-", suffix=".json")

@@ -53,17 +53,33 @@ def submit_upload(sender: EventSender, make_body: Callable[[], bytes], *, job_id
     sender.submit(upload_job)
 
 
-class ProfileTracer:
+class StepWindowTrace:
+    """A trace of `steps` steps, from the end of step first-1 to the end of step first+steps-1, uploaded to the job
+    when the window closes; with a `capture_id`, as that live capture's trace. The Kineto and the allocator
+    tracers share this; each records its own way."""
+
     def __init__(self, torch: Any, sender: EventSender, *, job_id: str, steps: int, first: int = 1,
                  capture_id: str | None = None, on_upload_error: Callable[[BaseException], None] | None = None):
         self._torch = torch
         self._sender = sender
         self._job_id = job_id
         self.steps = max(0, steps)
-        self.first = first  # the window starts at the end of step first-1 and covers steps first..first+steps-1
+        self.first = first
         self.capture_id = capture_id
         self._on_upload_error = on_upload_error
-        self._profile: Any = None
+
+    def _upload(self, make_body: Callable[[], bytes], *, rank: int, name: str, capture_name: str,
+                suffix: str) -> None:
+        """Upload the body as `hooks-<name>-steps-A-B<suffix>` (or `hooks-capture-<id>-<capture_name>steps-...`)."""
+        steps = f"steps-{self.first}-{self.first + self.steps - 1}{suffix}"
+        filename = (f"hooks-{name}-{steps}" if self.capture_id is None
+                    else f"hooks-capture-{self.capture_id}-{capture_name}{steps}")
+        submit_upload(self._sender, make_body, job_id=self._job_id, filename=filename, rank=rank,
+                      capture_id=self.capture_id, on_error=self._on_upload_error)
+
+
+class ProfileTracer(StepWindowTrace):
+    _profile: Any = None  # the running torch.profiler.profile
 
     @property
     def active(self) -> bool:
@@ -107,10 +123,6 @@ class ProfileTracer:
         except BaseException:
             os.unlink(path)
             raise
-        first, last = self.first, self.first + self.steps - 1
-        name = f"hooks-profile-steps-{first}-{last}.pt.trace.json"
-        if self.capture_id is not None:
-            name = f"hooks-capture-{self.capture_id}-steps-{first}-{last}.pt.trace.json"
 
         def make_body() -> bytes:
             try:
@@ -119,5 +131,4 @@ class ProfileTracer:
             finally:
                 os.unlink(path)
 
-        submit_upload(self._sender, make_body, job_id=self._job_id, filename=name, rank=rank,
-                      capture_id=self.capture_id, on_error=self._on_upload_error)
+        self._upload(make_body, rank=rank, name="profile", capture_name="", suffix=".pt.trace.json")

@@ -157,8 +157,7 @@ def snapshot_alloc_conf_advice(summary: dict[str, Any], events: list[dict[str, A
     --trace-allocator` records), its running totals anchored at the snapshot's allocated and reserved bytes."""
     stats: dict[str, Any] = next((d for d in summary.get("devices") or [] if d.get("device") == device), {})
     name = f"cuda:{device if device is not None else 0}"
-    history = [{**e, "addr": e["addr"] if e["addr"] >= 0 else None} for e in events]
-    dev = memory_events_from_allocator(history, allocated_after_bytes=stats.get("allocated_bytes"),
+    dev = memory_events_from_allocator(events, allocated_after_bytes=stats.get("allocated_bytes"),
                                        reserved_after_bytes=stats.get("reserved_bytes"), device=name)
     if not dev.events:
         return None

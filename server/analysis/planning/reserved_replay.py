@@ -246,7 +246,7 @@ def memory_events_from_allocator(events: Iterable[dict], *, allocated_after_byte
     (a free waits for the streams that used the block), else at `free_requested`. The running totals end at the
     snapshot's own allocated and reserved bytes (`*_after_bytes`, taken when the history was read), which fixes
     what was live and reserved before the window; unknown, the window's unmatched frees are all that was live."""
-    events = [e for e in events if e.get("addr") is not None and e["addr"] >= 0]
+    events = [e for e in events if e.get("addr") is not None and e["addr"] >= 0]  # -1 / None: no address
     free_action = next((a for a in _ALLOCATOR_FREES if any(e["action"] == a for e in events)), None)
     blocks = [e for e in events if e["action"] == "alloc" or e["action"] == free_action]
     net = sum(e["size"] if e["action"] == "alloc" else -e["size"] for e in blocks)
