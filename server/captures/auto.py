@@ -3,9 +3,11 @@ regression (server.analysis.time.step_regression), requests a kineto capture its
 `capture_min_interval_s`. Where the job's report knows a straggler rank (time.stragglers, from the hooks), the
 capture goes to that rank and one healthy peer.
 
-Run inside the events' ingest transaction, so it must be cheap: one indexed look-up of the job's latest automatic
-capture (most calls stop there during the interval), then two reads of at most `recent` and `baseline` steps of one
-rank by the (job, rank, step) primary key. The report is read only when a capture fires.
+Run inside the events' ingest transaction (once per step-event batch of a job, the hooks send about one a second
+per rank), so it must be cheap: one indexed look-up of the job's latest automatic capture (after a capture, calls
+stop there for the interval), then two reads of at most `recent` and `baseline` steps of one rank by the (job, rank,
+step) primary key: a healthy job pays those three small reads per batch. The report is read only when a capture
+fires.
 """
 
 from __future__ import annotations
