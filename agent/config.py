@@ -39,6 +39,11 @@ class AgentSettings(ClientSettings):
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")  # which pod holds which GPU
     ship_backoff_max_s: float = 60.0  # longest wait between retries while the collector is away
     http_timeout_s: float = 10.0  # one request to the collector
+    # Node agent: serve this node's GPU gauges for Prometheus at http://HOST:PORT/metrics, under dcgm-exporter's
+    # names and labels (docs/guide-operators.md#prometheus); unset = off. Scrape every agent: each GPU's series
+    # come from its own node only.
+    agent_metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    agent_metrics_host: str = "0.0.0.0"  # the address the metrics port listens on
     # Framework hooks: "off" | "default" (steps, allocator peaks, per-module timing every
     # `hooks_layer_every`-th step) | "layers" (per-module timing on every step: more detail, more overhead)
     hooks_level: str = "default"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from agent.attribution import Attributor
 from agent.config import AgentSettings, node_name
 from agent.devices.base import Devices, DeviceUnavailableError
+from agent.exporter.endpoint import MetricsServer
 from agent.sampler import Sampler
 from agent.shipper import Shipper
 from agent.spool import Spool
@@ -85,16 +86,35 @@ class Agent:
         self.shipper = Shipper(self.spool, self.transport, backoff_max_s=settings.ship_backoff_max_s)
         from agent.devices.replay import OriginalReplayDevices, RecordedSampler
 
+        self.metrics: MetricsServer | None = None
         self.sampler: Sampler | RecordedSampler
         if isinstance(devices, OriginalReplayDevices):
             # the recording's own rows and timestamps: no fast ticks, no re-aggregation, no attribution
             self.sampler = RecordedSampler(devices, node=node, agent_id=self.agent_id, clock=clock)
         else:
+            if settings.agent_metrics_port is not None:
+                devices, attributor = self._observed(devices, attributor, node)
             self.sampler = Sampler(
                 devices, node=node, agent_id=self.agent_id, clock=clock,
                 attributor=attributor or Attributor(settings.proc_root,
                                                     pod_resources_socket=settings.pod_resources_socket),
             )
+
+    def _observed(self, devices: Devices, attributor: Attributor | None, node: str) -> tuple[Devices, Attributor]:
+        """The devices and attributor the sampler uses, wrapped so that each reading also feeds the Prometheus
+        gauges (agent/exporter); the metrics server binds now, so a port in use fails the start, not a scrape."""
+        from agent.exporter.gauges import NodeGauges
+        from agent.exporter.observe import JobsSeen, ObservedAttributor, ObservedDevices
+
+        s = self.settings
+        gauges = NodeGauges(devices.gpus(), hostname=node, source=devices.source, agent_id=self.agent_id)
+        if attributor is None:
+            attributor = ObservedAttributor(s.proc_root, pod_resources_socket=s.pod_resources_socket)
+        jobs = JobsSeen(gauges, attributor.pod_resources.pods_of_gpu)
+        if isinstance(attributor, ObservedAttributor):
+            attributor.jobs = jobs
+        self.metrics = MetricsServer(s.agent_metrics_host, s.agent_metrics_port or 0, gauges)
+        return ObservedDevices(devices, gauges, jobs), attributor
 
     def cut_batch(self) -> int:
         """Spool the rows gathered so far as one batch; returns the samples spooled."""
@@ -117,6 +137,8 @@ class Agent:
         shipper = threading.Thread(target=self.shipper.run, args=(ship_stop,), name="fleetprof-shipper",
                                    daemon=True)
         shipper.start()
+        if self.metrics is not None:
+            self.metrics.start()
         mono = time.monotonic
         start = mono()
         next_sample = start + s.interval_s
@@ -159,6 +181,8 @@ class Agent:
                 self.close()
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         self.spool.close()
         self.transport.close()
         self.devices.close()

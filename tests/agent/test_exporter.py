@@ -1,0 +1,154 @@
+"""The agent's Prometheus endpoint: dcgm-exporter's names, types, units and labels, served over real HTTP from the
+readings the sampler took (the NVML test double stands in for NVML; its series say source="test"), pods named by
+a real gRPC kubelet double, Slurm jobs from a /proc tree; and no NVML call per scrape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.config import AgentSettings
+from agent.daemon import Agent
+from agent.devices.base import GpuIdentity, GpuReading
+from agent.devices.fake import FakeGpu, FakeNvml
+from agent.devices.nvml import NvmlDevices
+from agent.exporter.fields import FIELDS
+from agent.exporter.gauges import NodeGauges, hpc_job_of
+from tests.agent.collector import Collector
+from tests.agent.test_attribution import POD_UID, make_proc
+from tests.agent.test_podresources import GPU_A, LIST_ANSWER, Kubelet
+
+GPU_S = "GPU-55555555-0000-0000-0000-000000000000"  # a Slurm job's
+GPU_F = "GPU-ffffffff-0000-0000-0000-000000000000"  # no process
+
+
+def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    r = httpx.get(url, timeout=5)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(r.text):  # the reference parser: a malformed line raises
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def _types(url: str) -> dict[str, str]:
+    return {f.name: f.type for f in text_string_to_metric_families(httpx.get(url, timeout=5).text)}
+
+
+def _by_uuid(series: list[tuple[dict[str, str], float]]) -> dict[str, tuple[dict[str, str], float]]:
+    return {labels["UUID"]: (labels, value) for labels, value in series}
+
+
+@pytest.fixture
+def node(tmp_path: Path, collector: Collector) -> Iterator[tuple[Agent, FakeNvml, str]]:
+    sock = tmp_path / "kubelet.sock"
+    kubelet = Kubelet(sock, LIST_ANSWER)
+    proc = tmp_path / "proc"
+    make_proc(proc, 40, cgroup=f"0::/kubepods.slice/kubepods-pod{POD_UID.replace('-', '_')}.slice/cri-x.scope\n")
+    make_proc(proc, 41, env={"SLURM_JOB_ID": "77"})
+    fake = FakeNvml([FakeGpu(uuid=GPU_A, pci_bus_id="00000000:18:00.0", compute_processes=[(40, 1 << 30)]),
+                     FakeGpu(uuid=GPU_S, pci_bus_id="00000000:2A:00.0", compute_processes=[(41, 1 << 30)],
+                             power_mw=412_500, energy_mj=5_000_123),
+                     FakeGpu(uuid=GPU_F, pci_bus_id="00000000:3A:00.0", memory_used_bytes=3 << 29)])
+    devices = NvmlDevices(fake)
+    devices.source = "test"
+    settings = AgentSettings(server_url=collector.url, token="tok", spool_dir=tmp_path / "spool", node_name="node-x",
+                             proc_root=proc, pod_resources_socket=sock, agent_metrics_port=0,
+                             agent_metrics_host="127.0.0.1")
+    agent = Agent(settings, devices)
+    assert agent.metrics is not None
+    agent.metrics.start()
+    try:
+        yield agent, fake, f"http://127.0.0.1:{agent.metrics.port}/metrics"
+    finally:
+        agent.close()
+        kubelet.stop()
+
+
+def test_dcgm_names_units_types_and_labels(node) -> None:  # type: ignore[no-untyped-def]
+    agent, fake, url = node
+    fake.xid(1, 79)
+    agent.sampler.sample()
+    agent.sampler.sample()  # job labels are those seen at the GPU's previous reading
+    m = _scrape(url)
+    fb = _by_uuid(m["DCGM_FI_DEV_FB_USED"])
+    assert set(fb) == {GPU_A, GPU_S, GPU_F}
+    labels, value = fb[GPU_F]
+    assert value == 1536  # 3 << 29 bytes in MiB, as DCGM reports it
+    assert labels == {"gpu": "2", "UUID": GPU_F, "pci_bus_id": "00000000:3A:00.0", "device": "nvidia2",
+                      "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-x", "source": "test"}
+    # the kubelet says pod ml/trainer-0 (container main) holds GPU_A; GPU_S runs Slurm job 77
+    a = fb[GPU_A][0]
+    assert (a["namespace"], a["pod"], a["container"]) == ("ml", "trainer-0", "main") and "hpc_job" not in a
+    s = fb[GPU_S][0]
+    assert s["hpc_job"] == "77" and "pod" not in s
+    assert not {"pod", "namespace", "container", "hpc_job"} & set(labels)
+    power = _by_uuid(m["DCGM_FI_DEV_POWER_USAGE"])
+    assert power[GPU_S][1] == 412.5  # W
+    energy = _by_uuid(m["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"])  # a counter: the parser adds _total
+    assert energy[GPU_S][1] == 5_000_123  # mJ
+    assert _by_uuid(m["DCGM_FI_DEV_XID_ERRORS"])[GPU_S][1] == 79 and GPU_A not in _by_uuid(m["DCGM_FI_DEV_XID_ERRORS"])
+    assert _by_uuid(m["DCGM_FI_DEV_SM_CLOCK"])[GPU_A][1] == 1980
+    assert _by_uuid(m["DCGM_FI_DEV_FB_FREE"])[GPU_F][1] == pytest.approx((85_520_809_984 - (3 << 29)) / 2**20)
+    types = _types(url)
+    assert types["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter" and types["DCGM_FI_DEV_GPU_UTIL"] == "gauge"
+    # the test double has no GPM: no DCGM_FI_PROF_* series at all (unknown is no series, never 0)
+    if getattr(agent.devices.read(0), "gpm_sm_activity_pct", None) is None:
+        assert not [name for name in m if name.startswith("DCGM_FI_PROF_")]
+    (info_labels, _), = m["fleetprof_agent_info"]
+    assert info_labels["source"] == "test" and info_labels["Hostname"] == "node-x"
+
+
+def test_a_scrape_makes_no_nvml_call_and_a_lost_gpu_exports_nothing(node) -> None:  # type: ignore[no-untyped-def]
+    agent, fake, url = node
+    agent.sampler.sample()
+    agent.sampler.tick_fast()
+    calls = dict(fake.calls)
+    for _ in range(20):
+        _scrape(url)
+    assert fake.calls == calls
+    fake.gpus[2].lost = True
+    agent.sampler.sample()
+    m = _scrape(url)
+    assert set(_by_uuid(m["DCGM_FI_DEV_GPU_UTIL"])) == {GPU_A, GPU_S}
+    assert httpx.get(url.replace("/metrics", "/nope"), timeout=5).status_code == 404
+
+
+def test_gpm_percent_becomes_dcgm_ratio() -> None:
+    gpu = GpuIdentity(slot=0, index=3, uuid="GPU-g", name="NVIDIA H100 80GB HBM3", pci_bus_id="00000000:9A:00.0")
+    gauges = NodeGauges([gpu], hostname="h", source="nvml", agent_id="a")
+    reading = GpuReading(gpu_util_pct=90.0)
+    gpm = {"gpm_sm_activity_pct": 62.5, "gpm_sm_occupancy_pct": 25.0, "gpm_tensor_activity_pct": 40.0,
+           "gpm_dram_bw_util_pct": 12.5, "gpm_pcie_tx_bytes_per_s": 1.5e9, "gpm_nvlink_rx_bytes_per_s": 3e10}
+    for name, value in gpm.items():
+        setattr(reading, name, value)  # the fields issue #20's telemetry part adds to GpuReading
+    gauges.update_reading(0, reading)
+    text = gauges.render().decode()
+    samples = {s.name: s for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples["DCGM_FI_PROF_SM_ACTIVE"].value == 0.625
+    assert samples["DCGM_FI_PROF_SM_OCCUPANCY"].value == 0.25
+    assert samples["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].value == 0.4
+    assert samples["DCGM_FI_PROF_DRAM_ACTIVE"].value == 0.125
+    assert samples["DCGM_FI_PROF_PCIE_TX_BYTES"].value == 1.5e9
+    assert samples["DCGM_FI_PROF_NVLINK_RX_BYTES"].value == 3e10
+    assert "DCGM_FI_PROF_PCIE_RX_BYTES" not in samples
+    assert "source" not in samples["DCGM_FI_DEV_GPU_UTIL"].labels  # real NVML data carries no marker
+    assert gauges.render() is gauges.render()  # nothing changed: the rendered text is reused
+
+
+def test_every_exported_name_is_unique_and_typed() -> None:
+    names = [f.name for f in FIELDS]
+    assert len(names) == len(set(names))
+    assert {f.name for f in FIELDS if f.kind == "counter"} >= {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                                                                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
+
+
+def test_hpc_job_only_for_exactly_one_slurm_job() -> None:
+    assert hpc_job_of(["slurm:12", "train-1"]) == "12"
+    assert hpc_job_of(["slurm:12", "slurm:13"]) is None
+    assert hpc_job_of(["k8s:ml/p"]) is None
