@@ -39,8 +39,8 @@ def _broker_check(settings: ServerSettings):
 
 
 class ObserveMiddleware:
-    """Request latency per route and security headers, as a plain ASGI middleware (BaseHTTPMiddleware costs
-    a task and a memory stream per request, too much on the ingest path)."""
+    """Request latency per route and status, and security headers, as a plain ASGI middleware
+    (BaseHTTPMiddleware costs a task and a memory stream per request, too much on the ingest path)."""
 
     HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
 
@@ -53,9 +53,12 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
+        status = "500"  # what the client sees when the app raises before it answers
 
         async def send_with_headers(message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = str(message["status"])
                 names = {k for k, _ in message.get("headers", [])}
                 message["headers"] = list(message.get("headers", [])) + [h for h in self.HEADERS if h[0] not in names]
             await send(message)
@@ -66,7 +69,7 @@ class ObserveMiddleware:
             route = scope.get("route")
             # path_format: the template without convertors (/api/v1/jobs/{job_id}, not {job_id:job_id})
             label = getattr(route, "path_format", None) or getattr(route, "path", "unmatched")
-            self.latency.labels(route=label).observe(time.perf_counter() - start)
+            self.latency.labels(route=label, status=status).observe(time.perf_counter() - start)
 
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:

@@ -46,6 +46,11 @@ class ServerSettings(BaseSettings):
     # pauses training makes off the GPU (checkpoints, evaluation on CPU); a job seen again runs again.
     job_unseen_timeout_s: float = 900.0
     raw_retention_days: int = 30                     # raw samples older than this are dropped (rollups kept)
+    # GET /metrics/fleet (scraped once per fleet) also carries every GPU's latest stored sample under
+    # dcgm-exporter's names, as /metrics did before issue #20: for fleets whose agents Prometheus cannot reach.
+    # Off by default: the agents serve those series themselves (FLEETPROF_AGENT_METRICS_PORT), and both on would
+    # give each GPU two series.
+    fleet_metrics_gpu_gauges: bool = False
     estimate_timeout_s: float = 120.0                # hard ceiling for one pre-training estimate
     estimate_cpu_s: float = 120.0                    # the estimate sandbox's CPU time limit (RLIMIT_CPU)
     estimate_memory_bytes: int = 8 * 1024**3         # the estimate sandbox's address space (RLIMIT_AS)

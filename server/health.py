@@ -1,5 +1,6 @@
 """/healthz (liveness), /readyz (can accept ingest: database reachable and migrated), /healthz/broker (the
-Celery broker, its own signal), /metrics (Prometheus, with `fleetprof_broker_up`)."""
+Celery broker, its own signal), /metrics (Prometheus: this process's own metrics, with `fleetprof_broker_up`), /metrics/fleet (the
+fleet's figures, scraped once)."""
 
 from __future__ import annotations
 
@@ -83,18 +84,33 @@ def broker_health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok" if ok else "unavailable", "broker": status}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics (service + DCGM-compatible fleet gauges)",
+@router.get("/metrics", summary="Prometheus metrics of this collector process (scrape every collector)",
             response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
                              "description": "Prometheus text exposition format"}})
 def metrics(request: Request) -> Response:
-    from server.fleet.prometheus import fleet_gauges_text
-
+    """The service's own metrics: ingest, HTTP latency by route and status, tasks, and in cluster mode the broker.
+    GPU series come from the agents (`FLEETPROF_AGENT_METRICS_PORT`), fleet figures from `/metrics/fleet`."""
     body = generate_latest(REGISTRY).decode()
     broker = _broker_registry(request)
     if broker is not None:
         body += generate_latest(broker).decode()
-    body += fleet_gauges_text(request.app.state.sessionmaker)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/metrics/fleet", summary="Prometheus metrics of the whole fleet (scrape ONCE per fleet, not per "
+            "collector)", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition format"}})
+def fleet_metrics(request: Request) -> Response:
+    """Read from the database, so every collector answers the same: scrape one of them (one scrape job with one
+    target), or each figure appears once per collector. `fleetprof_rollup_backlog_hours`, the nodes and GPUs
+    reporting, and with `FLEETPROF_FLEET_METRICS_GPU_GAUGES` every GPU's latest stored sample under dcgm-exporter's
+    names (what /metrics carried before the agents exported them)."""
+    from server.fleet.prometheus import fleet_metrics_text
+
+    state = request.app.state
+    body = fleet_metrics_text(state.sessionmaker, gpu_gauges=state.settings.fleet_metrics_gpu_gauges)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

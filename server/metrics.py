@@ -32,7 +32,8 @@ INGEST_REJECTED = Counter("fleetprof_ingest_rejected_total", "Ingest requests re
                           registry=REGISTRY)
 RATE_LIMITED = Counter("fleetprof_rate_limited_total", "Requests refused with 429 by the per-token rate limit",
                        registry=REGISTRY)
-REQUEST_LATENCY = Histogram("fleetprof_http_request_duration_seconds", "HTTP request latency", ["route"],
+# status: the answer's HTTP status code ("500" when the app raised before answering)
+REQUEST_LATENCY = Histogram("fleetprof_http_request_duration_seconds", "HTTP request latency", ["route", "status"],
                             registry=REGISTRY, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 TASK_LATENCY = Histogram("fleetprof_task_duration_seconds", "Background task duration", ["task"], registry=REGISTRY)
 

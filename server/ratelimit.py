@@ -29,7 +29,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Liveness, readiness and scrapes must answer even when a client is being throttled.
-EXEMPT_PATHS = frozenset({"/healthz", "/healthz/broker", "/readyz", "/metrics"})
+EXEMPT_PATHS = frozenset({"/healthz", "/healthz/broker", "/readyz", "/metrics", "/metrics/fleet"})
 MAX_BUCKETS = 100_000  # least recently used buckets are forgotten past this (a forgotten bucket starts full)
 
 

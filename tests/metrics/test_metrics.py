@@ -1,5 +1,7 @@
-"""/metrics: the service's own figures, Celery queue depth and task latency, DCGM-compatible fleet gauges, and a
-real Prometheus server (Debian package `prometheus`) scraping a real `fleetprof server` and answering queries."""
+"""/metrics: the service's own figures, Celery queue depth and task latency; /metrics/fleet: the fleet's, from the
+database (and, when asked, the stored DCGM-compatible GPU gauges); and a real Prometheus server (Debian package
+`prometheus`) scraping a real `fleetprof server` and answering queries. The agents' GPU series and two collector
+replicas behind one Prometheus: tests/metrics/test_fleet_prometheus.py."""
 
 from __future__ import annotations
 
@@ -69,13 +71,37 @@ def test_metrics_cover_ingest_rejections_queue_tasks_and_gpus(broker_api, make_t
     assert _value(text, "fleetprof_worker_task_duration_seconds_count", **task) == 3
     assert _value(text, "fleetprof_worker_task_duration_seconds_bucket", le="1.0", **task) == 2
     assert _value(text, "fleetprof_worker_task_duration_seconds_sum", **task) == pytest.approx(40.9)
-    assert _value(text, "fleetprof_http_request_duration_seconds_count", route="/api/v1/ingest/samples") >= 2
+    ingest = {"route": "/api/v1/ingest/samples"}
+    assert _value(text, "fleetprof_http_request_duration_seconds_count", status="200", **ingest) >= 1
+    assert _value(text, "fleetprof_http_request_duration_seconds_count", status="422", **ingest) >= 1
+    # GPU series are the agents' now (issue #20): a collector's /metrics has none, whatever it stored.
+    assert not re.search(r"^DCGM_", text, re.MULTILINE)
+    # The fleet's figures, from the database: /metrics/fleet, scraped once per fleet.
+    fleet = broker_api.get("/metrics/fleet").text
+    assert _value(fleet, "fleetprof_fleet_gpus_reporting") >= 2 and _value(fleet, "fleetprof_fleet_nodes_reporting") >= 1
+    assert _value(fleet, "fleetprof_rollup_backlog_hours") is not None and "DCGM_" not in fleet
+
+
+def test_the_fleet_endpoint_keeps_the_stored_gpu_gauges_when_asked(server_settings, make_token):
+    """FLEETPROF_FLEET_METRICS_GPU_GAUGES: what /metrics carried before issue #20, for fleets whose agents
+    Prometheus cannot reach, on the endpoint scraped once."""
+    from server.app import create_app
+
+    settings = server_settings.model_copy(update={"fleet_metrics_gpu_gauges": True})
+    with TestClient(create_app(settings)) as api:
+        agent = make_token("agent", node="node-m")
+        r = api.post("/api/v1/ingest/samples", json=sample_batch(node="node-m", t0=time.time() - 30),
+                     headers=auth(agent))
+        assert r.status_code == 200
+        text = api.get("/metrics/fleet").text
+        assert not re.search(r"^DCGM_", api.get("/metrics").text, re.MULTILINE)
     # DCGM-exporter names and labels, the units DCGM uses (MiB, W), and no job label (cardinality).
     labels = {"UUID": "GPU-node-m-0", "Hostname": "node-m", "gpu": "0", "modelName": "NVIDIA H100 80GB HBM3"}
     assert _value(text, "DCGM_FI_DEV_FB_USED", **labels) == GPU_MIB
     assert _value(text, "DCGM_FI_DEV_POWER_USAGE", **labels) == 109.0
     assert _value(text, "DCGM_FI_DEV_GPU_UTIL", UUID="GPU-node-m-1") == float((9 * 7) % 100)
     assert "# TYPE DCGM_FI_DEV_FB_USED gauge" in text
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in text
     assert not re.search(r"^DCGM_\w+\{[^}]*job", text, re.MULTILINE)
 
 
@@ -143,9 +169,9 @@ def test_a_real_prometheus_scrapes_fleetprof_and_answers_queries(cli_env, make_t
                 wait_http(prom + "/-/ready", timeout_s=60)
                 up = _wait_query(prom, 'up{job="fleetprof"}', lambda r: r[0]["value"][1] == "1")
                 assert up[0]["metric"]["instance"] == target
-                fb = _wait_query(prom, 'DCGM_FI_DEV_FB_USED{UUID="GPU-node-p-0"}', lambda r: True)
-                assert float(fb[0]["value"][1]) == GPU_MIB and fb[0]["metric"]["Hostname"] == "node-p"
-                assert all("job_id" not in s["metric"] for s in _query(prom, '{__name__=~"DCGM_.*"}'))
+                ok = _wait_query(prom, 'fleetprof_http_request_duration_seconds_count{route="/api/v1/ingest/samples"}',
+                                 lambda r: True)
+                assert ok[0]["metric"]["status"] == "200"
                 assert float(_wait_query(prom, "fleetprof_ingest_samples_total", lambda r: True)[0]["value"][1]) == 20
                 assert _wait_query(prom, "fleetprof_queue_depth", lambda r: float(r[0]["value"][1]) >= 1)
                 # A real Celery worker drains the queue; its task durations reach the scrape through Redis.

@@ -49,6 +49,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule(PUBLIC),
     ("GET", "/readyz"): Rule(PUBLIC),
     ("GET", "/healthz/broker"): Rule(PUBLIC),
+    ("GET", "/metrics/fleet"): Rule(PUBLIC),
     ("GET", "/metrics"): Rule(PUBLIC),
     ("POST", "/api/v1/ingest/samples"): Rule(("agent",), node_bound=True),
     ("POST", "/api/v1/ingest/events"): Rule(("agent", "team"), team_bound=True, node_bound=True),

@@ -42,7 +42,7 @@ def test_samples_arriving_hours_late_are_rolled_up_through_the_backlog(api, make
     assert _backlog(db_session) == []  # on time: nothing to note
     assert api.post("/api/v1/ingest/samples", json=late, headers=auth(agent)).status_code == 200
     assert _backlog(db_session) == [(0, hour), (0, hour + 3600)]
-    assert "\nfleetprof_rollup_backlog_hours 2\n" in api.get("/metrics").text  # what an operator can alert on
+    assert "\nfleetprof_rollup_backlog_hours 2\n" in api.get("/metrics/fleet").text  # what an operator can alert on
 
     rollup_hours(db_session, since=now - RECENT_HOURS * 3600, until=now)  # the periodic sweep
     db_session.commit()
@@ -55,7 +55,7 @@ def test_samples_arriving_hours_late_are_rolled_up_through_the_backlog(api, make
     hourly = _hourly(db_session)
     assert hourly[hour] == 2 * 360 and hourly[hour + 3600] == 2 * 360  # every late sample, in its hour
     assert _backlog(db_session) == []  # done
-    assert "\nfleetprof_rollup_backlog_hours 0\n" in api.get("/metrics").text
+    assert "\nfleetprof_rollup_backlog_hours 0\n" in api.get("/metrics/fleet").text
 
 
 def test_backlog_hours_past_the_raw_retention_keep_their_rollups(api, make_token, db_session) -> None:  # type: ignore[no-untyped-def]
