@@ -1,6 +1,6 @@
 """/healthz (liveness), /readyz (can accept ingest: database reachable and migrated), /healthz/broker (the
-Celery broker, its own signal), /metrics (Prometheus: this process's own metrics, with `fleetprof_broker_up`), /metrics/fleet (the
-fleet's figures, scraped once)."""
+Celery broker, its own signal), /metrics (Prometheus: this process's own metrics, with `fleetprof_broker_up`),
+/metrics/fleet (the fleet's figures, scraped once)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ replicas behind one Prometheus: tests/metrics/test_fleet_prometheus.py."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +18,9 @@ from fastapi.testclient import TestClient
 
 from server.metrics import celery_queue_keys, record_task_duration, task_stats_key
 from tests.conftest import free_port, wait_http
+from tests.metrics.prom import prometheus_binary as _prometheus_binary
+from tests.metrics.prom import query as _query
+from tests.metrics.prom import wait_query as _wait_query
 from tests.security.conftest import server_process
 from tests.server.helpers import auth, sample_batch
 
@@ -113,30 +115,6 @@ def test_a_broker_that_is_down_does_not_fail_the_scrape(server_settings):
         r = client.get("/metrics")
     assert r.status_code == 200
     assert _value(r.text, "fleetprof_broker_up") == 0 and "fleetprof_ingest_samples_total" in r.text
-
-
-def _prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    assert found, ("the Prometheus server is not installed: `apt-get install -y prometheus` (the Makefile's `test` "
-                   "target does it); this test scrapes fleetprof with the real thing")
-    return found
-
-
-def _query(prom: str, expr: str) -> list[dict]:
-    r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=5)
-    r.raise_for_status()
-    return r.json()["data"]["result"]
-
-
-def _wait_query(prom: str, expr: str, ok, timeout_s: float = 40.0) -> list[dict]:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    result: list[dict] = []
-    while time.monotonic() < deadline:
-        result = _query(prom, expr)
-        if result and ok(result):
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"Prometheus never answered {expr!r} as expected; last answer: {result}")
 
 
 @pytest.mark.slow
