@@ -9,8 +9,9 @@ agents Prometheus cannot reach. No job label (cardinality)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Subquery, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.models import Gpu, GpuSample, Node, RollupBacklog
@@ -71,7 +72,7 @@ def fleet_metrics_text(factory: sessionmaker[Session], *, gpu_gauges: bool) -> s
     return "\n".join(lines) + "\n"
 
 
-def _latest_rows(session: Session, latest) -> list:  # type: ignore[no-untyped-def, type-arg]
+def _latest_rows(session: Session, latest: Subquery) -> list[Any]:
     cols = [GpuSample.__table__.c[c] for _, _, c, _, _ in DCGM_GAUGES]
     return list(session.execute(
         select(Node.name, Gpu.index, Gpu.uuid, Gpu.name, *cols)
