@@ -16,7 +16,9 @@ from collections.abc import Callable
 from agent.attribution import Attributor
 from agent.config import AgentSettings, node_name
 from agent.devices.base import Devices, DeviceUnavailableError
-from agent.exporter.endpoint import MetricsServer
+from agent.exporter.endpoint import MetricsPortError, MetricsServer
+from agent.exporter.gauges import NodeGauges
+from agent.exporter.observe import JobsSeen, ObservedAttributor, ObservedDevices
 from agent.sampler import Sampler
 from agent.shipper import Shipper
 from agent.spool import Spool
@@ -92,20 +94,28 @@ class Agent:
             # the recording's own rows and timestamps: no fast ticks, no re-aggregation, no attribution
             self.sampler = RecordedSampler(devices, node=node, agent_id=self.agent_id, clock=clock)
         else:
+            gauges = None
             if settings.agent_metrics_port is not None:
-                devices, attributor = self._observed(devices, attributor, node)
+                devices, attributor, gauges = self._observed(devices, attributor, node)
             self.sampler = Sampler(
                 devices, node=node, agent_id=self.agent_id, clock=clock,
                 attributor=attributor or Attributor(settings.proc_root,
                                                     pod_resources_socket=settings.pod_resources_socket),
             )
+            if gauges is not None:
+                # bound now, so that a port in use fails the start, not the first scrape
+                try:
+                    self.metrics = MetricsServer.bind(settings.agent_metrics_host, settings.agent_metrics_port or 0,
+                                                      gauges)
+                except MetricsPortError:
+                    self.spool.close()
+                    self.transport.close()
+                    raise
 
-    def _observed(self, devices: Devices, attributor: Attributor | None, node: str) -> tuple[Devices, Attributor]:
+    def _observed(self, devices: Devices, attributor: Attributor | None,
+                  node: str) -> tuple[Devices, Attributor, NodeGauges]:
         """The devices and attributor the sampler uses, wrapped so that each reading also feeds the Prometheus
-        gauges (agent/exporter); the metrics server binds now, so a port in use fails the start, not a scrape."""
-        from agent.exporter.gauges import NodeGauges
-        from agent.exporter.observe import JobsSeen, ObservedAttributor, ObservedDevices
-
+        gauges (agent/exporter), and the gauges."""
         s = self.settings
         gauges = NodeGauges(devices.gpus(), hostname=node, source=devices.source, agent_id=self.agent_id)
         if attributor is None:
@@ -113,8 +123,7 @@ class Agent:
         jobs = JobsSeen(gauges, attributor.pod_resources.pods_of_gpu)
         if isinstance(attributor, ObservedAttributor):
             attributor.jobs = jobs
-        self.metrics = MetricsServer(s.agent_metrics_host, s.agent_metrics_port or 0, gauges)
-        return ObservedDevices(devices, gauges, jobs), attributor
+        return ObservedDevices(devices, gauges, jobs), attributor, gauges
 
     def cut_batch(self) -> int:
         """Spool the rows gathered so far as one batch; returns the samples spooled."""
@@ -190,7 +199,8 @@ class Agent:
 
 def run_agent(settings: AgentSettings, *, source: str, stop: threading.Event) -> None:
     """Run the node agent until `stop` is set (usable in a thread). Raises SourceError or
-    DeviceUnavailableError when the devices cannot be opened, SpoolError when the spool is unusable."""
+    DeviceUnavailableError when the devices cannot be opened, SpoolError when the spool is unusable,
+    MetricsPortError when the metrics port cannot be listened on."""
     devices = open_devices(source, replay_job_id=settings.replay_job_id)
     try:
         agent = Agent(settings, devices)
@@ -200,4 +210,4 @@ def run_agent(settings: AgentSettings, *, source: str, stop: threading.Event) ->
     agent.run(stop)
 
 
-__all__ = ["Agent", "DeviceUnavailableError", "SourceError", "open_devices", "run_agent"]
+__all__ = ["Agent", "DeviceUnavailableError", "MetricsPortError", "SourceError", "open_devices", "run_agent"]

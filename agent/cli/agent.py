@@ -28,18 +28,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "stopped. fake:N: N simulated GPUs (benchmark)")
     parser.add_argument("--spool", type=Path, metavar="DIR", help="spool directory (default: FLEETPROF_SPOOL_DIR)")
     parser.add_argument("--node", metavar="NAME", help="node name (default: FLEETPROF_NODE_NAME or the hostname)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve this node's GPU gauges for Prometheus at http://HOST:PORT/metrics, under "
+                             "dcgm-exporter's names and labels (default: FLEETPROF_AGENT_METRICS_PORT; unset: off)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.daemon import SourceError, run_agent
+    from agent.daemon import MetricsPortError, SourceError, run_agent
     from agent.spool import SpoolError
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.log_level != "DEBUG":
         logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per shipped batch; failures log on their own
     settings = load_settings(server_url=args.server, token=args.token, interval_s=args.interval,
-                             spool_dir=args.spool, node_name=args.node, source=args.source)
+                             spool_dir=args.spool, node_name=args.node, source=args.source,
+                             agent_metrics_port=args.metrics_port)
     if not settings.server_url:
         raise CliError("no collector URL: pass --server URL or set FLEETPROF_SERVER_URL")
     if settings.interval_s <= 0:
@@ -54,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         run_agent(settings, source=settings.source, stop=stop)
-    except (SourceError, DeviceUnavailableError, SpoolError) as exc:
+    except (SourceError, DeviceUnavailableError, SpoolError, MetricsPortError) as exc:
         raise CliError(str(exc)) from None
     return 0

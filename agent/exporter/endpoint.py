@@ -41,8 +41,20 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("metrics %s - " + format, self.address_string(), *args)
 
 
+class MetricsPortError(ValueError):
+    """The metrics port cannot be listened on (in use, no permission, bad address)."""
+
+
 class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
+
+    @classmethod
+    def bind(cls, host: str, port: int, gauges: NodeGauges) -> MetricsServer:
+        try:
+            return cls(host, port, gauges)
+        except OSError as exc:
+            raise MetricsPortError(f"cannot serve metrics on {host}:{port} (FLEETPROF_AGENT_METRICS_PORT): "
+                                   f"{exc.strerror or exc}") from None
 
     def __init__(self, host: str, port: int, gauges: NodeGauges):
         super().__init__((host, port), _Handler)

@@ -152,3 +152,59 @@ def test_hpc_job_only_for_exactly_one_slurm_job() -> None:
     assert hpc_job_of(["slurm:12", "train-1"]) == "12"
     assert hpc_job_of(["slurm:12", "slurm:13"]) is None
     assert hpc_job_of(["k8s:ml/p"]) is None
+
+
+def test_the_wrapper_passes_every_device_method_through() -> None:
+    """A method added to Devices later must be delegated here too, or the exporter would hide the real one."""
+    from agent.devices.base import Devices
+    from agent.exporter.observe import ObservedDevices
+
+    public = {name for name in vars(Devices) if not name.startswith("_") and callable(getattr(Devices, name))}
+    assert public <= set(vars(ObservedDevices)), public - set(vars(ObservedDevices))
+
+
+def test_a_port_in_use_fails_the_start_clearly(tmp_path: Path, collector: Collector) -> None:
+    import socket
+
+    from agent.exporter.endpoint import MetricsPortError
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = AgentSettings(server_url=collector.url, token="t", spool_dir=tmp_path / "spool",
+                                 agent_metrics_port=port, agent_metrics_host="127.0.0.1")
+        with pytest.raises(MetricsPortError, match=f"127.0.0.1:{port}"):
+            Agent(settings, NvmlDevices(FakeNvml.with_gpus(1)))
+
+
+def test_cli_agent_serves_metrics_on_its_port(tmp_path: Path, collector: Collector, repo_root: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(repo_root), "FLEETPROF_INTERVAL_S": "0.2",
+           "FLEETPROF_AGENT_METRICS_HOST": "127.0.0.1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetprof.cli", "agent", "--server", collector.url, "--token", "t", "--source",
+         "fake:2", "--spool", str(tmp_path / "spool"), "--node", "cli-node", "--metrics-port", str(port)],
+        cwd=repo_root, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, series = time.monotonic() + 30, []
+        while time.monotonic() < deadline and len(series) < 2:
+            try:
+                series = _scrape(f"http://127.0.0.1:{port}/metrics").get("DCGM_FI_DEV_GPU_UTIL", [])
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert sorted(labels["gpu"] for labels, _ in series) == ["0", "1"]
+    assert all(labels["Hostname"] == "cli-node" and labels["source"] == "test" for labels, _ in series)
