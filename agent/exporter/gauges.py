@@ -77,6 +77,7 @@ class NodeGauges:
                         for g in gpus]
         self._values: list[dict[str, float]] = [{} for _ in gpus]
         self._workload: list[str] = ["" for _ in gpus]
+        self._totals: list[float | None] = [None for _ in gpus]
         self._last_sample_ts: float | None = None
         self._lock = threading.Lock()
         self._generation = 0
@@ -96,9 +97,8 @@ class NodeGauges:
             values = self._values[slot]
             values.update(fresh)
             total = reading.memory_total_bytes or self.gpus[slot].memory_total_bytes
-            used = values.get("memory_used_bytes")
-            if total is not None and used is not None:
-                values["memory_free_bytes"] = max(0.0, total - used)
+            self._totals[slot] = None if total is None else float(total)
+            self._set_free(slot)
             self._last_sample_ts = self.clock()
             self._generation += 1
 
@@ -109,9 +109,17 @@ class NodeGauges:
                 return  # no full reading yet (or the GPU is lost): nothing to freshen
             if memory_used_bytes is not None:
                 values["memory_used_bytes"] = float(memory_used_bytes)
+                self._set_free(slot)
             if power_mw is not None:
                 values["power_mw"] = float(power_mw)
             self._generation += 1
+
+    def _set_free(self, slot: int) -> None:
+        """FB free = total - used, kept consistent with the used figure (which 10 Hz ticks refresh). Under the lock."""
+        values, total = self._values[slot], self._totals[slot]
+        used = values.get("memory_used_bytes")
+        if total is not None and used is not None:
+            values["memory_free_bytes"] = max(0.0, total - used)
 
     def mark_lost(self, slot: int) -> None:
         with self._lock:

@@ -1,7 +1,8 @@
 """GET /metrics/fleet: figures of the whole fleet, read from the database, meant to be scraped ONCE per fleet (one
 collector, or the collectors' Service with a single scrape job), unlike /metrics, which is per process.
 
-Always: `fleetprof_rollup_backlog_hours`, and how many nodes and GPUs reported within `STALE_AFTER_S`.
+Always: `fleetprof_rollup_backlog_hours`, and how many nodes and GPUs their agents reported within `STALE_AFTER_S`
+(the inventory's last-seen).
 With `FLEETPROF_FLEET_METRICS_GPU_GAUGES=true`: each GPU's latest stored sample under dcgm-exporter's names and
 labels, what /metrics exported before the agents served their own nodes' series (issue #20); for fleets whose
 agents Prometheus cannot reach. No job label (cardinality)."""
@@ -9,9 +10,10 @@ agents Prometheus cannot reach. No job label (cardinality)."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Subquery, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.models import Gpu, GpuSample, Node, RollupBacklog
@@ -45,18 +47,16 @@ def fleet_metrics_text(factory: sessionmaker[Session], *, gpu_gauges: bool) -> s
     since = from_epoch(time.time() - STALE_AFTER_S)
     with factory() as session:
         backlog = session.scalar(select(func.count()).select_from(RollupBacklog))
-        latest = (select(GpuSample.gpu_id, func.max(GpuSample.ts).label("ts"))
-                  .where(GpuSample.ts >= since).group_by(GpuSample.gpu_id).subquery())
-        gpus, nodes = session.execute(
-            select(func.count(Gpu.id), func.count(func.distinct(Gpu.node_id))).join(latest, latest.c.gpu_id == Gpu.id)
-        ).one()
-        rows = _latest_rows(session, latest) if gpu_gauges else []
+        # the inventory's last-seen (refreshed by ingest at least every minute): no scan of the samples
+        gpus = session.scalar(select(func.count()).select_from(Gpu).where(Gpu.last_seen_at >= since))
+        nodes = session.scalar(select(func.count()).select_from(Node).where(Node.last_seen_at >= since))
+        rows = _latest_rows(session, since) if gpu_gauges else []
     lines = _gauge("fleetprof_rollup_backlog_hours", "GPU-range hours waiting to be rolled up again (samples that "
                    "arrived after the rollup sweep had passed their hour)", backlog or 0)
-    lines += _gauge("fleetprof_fleet_gpus_reporting", f"GPUs (and MIG devices) with a sample stored in the last "
-                    f"{STALE_AFTER_S:g} s", gpus)
-    lines += _gauge("fleetprof_fleet_nodes_reporting", f"Nodes with a GPU sample stored in the last "
-                    f"{STALE_AFTER_S:g} s", nodes)
+    lines += _gauge("fleetprof_fleet_gpus_reporting", f"GPUs (and MIG devices) an agent reported in the last "
+                    f"{STALE_AFTER_S:g} s", gpus or 0)
+    lines += _gauge("fleetprof_fleet_nodes_reporting", f"Nodes whose agent reported in the last {STALE_AFTER_S:g} s",
+                    nodes or 0)
     for i, (name, kind, _col, scale, help_text) in enumerate(DCGM_GAUGES):
         if not rows:
             break
@@ -72,7 +72,9 @@ def fleet_metrics_text(factory: sessionmaker[Session], *, gpu_gauges: bool) -> s
     return "\n".join(lines) + "\n"
 
 
-def _latest_rows(session: Session, latest: Subquery) -> list[Any]:
+def _latest_rows(session: Session, since: datetime) -> list[Any]:
+    latest = (select(GpuSample.gpu_id, func.max(GpuSample.ts).label("ts"))
+              .where(GpuSample.ts >= since).group_by(GpuSample.gpu_id).subquery())
     cols = [GpuSample.__table__.c[c] for _, _, c, _, _ in DCGM_GAUGES]
     return list(session.execute(
         select(Node.name, Gpu.index, Gpu.uuid, Gpu.name, *cols)

@@ -208,3 +208,15 @@ def test_cli_agent_serves_metrics_on_its_port(tmp_path: Path, collector: Collect
     assert proc.returncode == 0, err
     assert sorted(labels["gpu"] for labels, _ in series) == ["0", "1"]
     assert all(labels["Hostname"] == "cli-node" and labels["source"] == "test" for labels, _ in series)
+
+
+def test_fast_ticks_refresh_used_and_free_together() -> None:
+    gpu = GpuIdentity(slot=0, index=0, uuid="GPU-m", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 << 30)
+    gauges = NodeGauges([gpu], hostname="h", source="nvml", agent_id="a")
+    gauges.update_fast(0, 1 << 30, 100_000)  # before any full reading: nothing to show yet
+    assert b"DCGM_FI_DEV_FB_USED" not in gauges.render()
+    gauges.update_reading(0, GpuReading(memory_used_bytes=10 << 30, power_mw=200_000))
+    gauges.update_fast(0, 30 << 30, 350_000)
+    samples = {s.name: s.value for f in text_string_to_metric_families(gauges.render().decode()) for s in f.samples}
+    assert samples["DCGM_FI_DEV_FB_USED"] == 30 * 1024 and samples["DCGM_FI_DEV_FB_FREE"] == 50 * 1024
+    assert samples["DCGM_FI_DEV_POWER_USAGE"] == 350.0
