@@ -20,6 +20,7 @@ class _Handler(BaseHTTPRequestHandler):
     # headers and body leave in two writes; with Nagle on, the body waited for the client's delayed ACK (~40 ms a
     # scrape, bench/agent_exporter.py)
     disable_nagle_algorithm = True
+    timeout = 30.0  # an idle or stalled connection is closed; it holds a thread (Prometheus reconnects)
 
     def do_GET(self) -> None:  # noqa: N802 - the standard library's name
         path = self.path.split("?", 1)[0]

@@ -164,3 +164,11 @@ def test_the_agent_port_matches_the_agent_setting_default_off() -> None:
     """The chart turns the exporter on; the agent alone keeps it off (opt-in)."""
     assert AgentSettings.model_fields["agent_metrics_port"].default is None
     assert Path(CHART / "values.yaml").read_text().count("metricsPort: 9400") == 1
+
+
+def test_autoscaled_collectors_get_an_hpa_and_no_fixed_replicas() -> None:
+    docs = render("collector.autoscaling.enabled=true", "collector.autoscaling.maxReplicas=7")
+    server = _by_kind(docs, "Deployment")["rel-fleetprof-server"]
+    assert "replicas" not in server["spec"]
+    (hpa,) = _by_kind(docs, "HorizontalPodAutoscaler").values()
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "rel-fleetprof-server" and hpa["spec"]["maxReplicas"] == 7
