@@ -104,7 +104,7 @@ def fleet(cli_env, make_token, tmp_path: Path) -> Iterator[tuple[str, list[str]]
         urls = [stack.enter_context(server_process(cli_env, tmp_path / f"server-{i}.log")) for i in range(2)]
         devices, fake = _devices()
         settings = AgentSettings(server_url=urls[0], token=token, spool_dir=tmp_path / "spool", node_name=NODE,
-                                 interval_s=0.2, fast_interval_s=0.05, batch_interval_s=0.5,
+                                 interval_s=0.1, fast_interval_s=0.05, batch_interval_s=0.5,
                                  agent_metrics_port=0, agent_metrics_host="127.0.0.1")
         agent = Agent(settings, devices)
         assert agent.metrics is not None
@@ -145,7 +145,7 @@ def test_two_collector_replicas_behind_one_prometheus_give_each_gpu_series_once(
     reporting = wait_query(prom, "fleetprof_fleet_gpus_reporting", lambda r: float(r[0]["value"][1]) == len(UUIDS))
     assert len(reporting) == 1 and reporting[0]["metric"]["instance"] == collectors[0]
     # energy is a counter and Prometheus' rate() of it is the double's power draw (W); the agent reads the counter
-    # every 30th interval (6 s here), so the window must hold a few readings before the rate settles
+    # every 30th interval (3 s here), so the window must hold a few readings before the rate settles
     def at_power(result: list[dict]) -> bool:
         rates = {s["metric"]["UUID"]: float(s["value"][1]) for s in result}
         return set(rates) == set(UUIDS) and all(
