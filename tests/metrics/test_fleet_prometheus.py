@@ -196,3 +196,16 @@ def test_every_grafana_panel_query_runs_against_prometheus(fleet) -> None:  # ty
             _check_panel(panel["title"], target["expr"], result)
             checked += 1
     assert checked >= len(panels)
+
+
+def test_the_dashboard_is_one_importable_document() -> None:
+    doc = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids)) and doc["uid"] == "fleetprof-fleet"
+    variables = {v["name"] for v in doc["templating"]["list"]}
+    assert variables == {"datasource", "Hostname"}
+    for panel in _panels():
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["fieldConfig"]["defaults"]["unit"], panel["title"]  # every number carries its unit
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs)), panel["title"]
