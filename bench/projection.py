@@ -197,7 +197,7 @@ def pair_correction_heldout(results: Sequence[PairResult]) -> dict[str, Any]:
     errors = [abs(r.projected_s * correction[(r.source, r.target)] / r.measured_s - 1.0) for r in held]
     return {"pairs_count": len(held),
             "median_time_error_pct": 100.0 * float(np.median(errors)) if errors else None,
-            "correction_ratio": {f"{s}->{t}": v for (s, t), v in sorted(correction.items())}}
+            "correction": {f"{s}->{t}_ratio": v for (s, t), v in sorted(correction.items())}}
 
 
 def _fmt(x: float | None, spec: str = ".1f") -> str:
