@@ -18,5 +18,6 @@ BUSY_COMPUTE_BOUND_FRACTION = 0.85  # of TDP, GEMM-bound training
 def power_fraction(compute_bound_fraction: float, busy_fraction: float = 1.0,
                    waiting_fraction: float = WAITING_POWER_FRACTION) -> float:
     """Share of TDP drawn. `compute_bound_fraction`: of the GPU's busy time; `busy_fraction`: of the step."""
-    busy = BUSY_MEMORY_BOUND_FRACTION + (BUSY_COMPUTE_BOUND_FRACTION - BUSY_MEMORY_BOUND_FRACTION) * compute_bound_fraction
+    spread = BUSY_COMPUTE_BOUND_FRACTION - BUSY_MEMORY_BOUND_FRACTION
+    busy = BUSY_MEMORY_BOUND_FRACTION + spread * compute_bound_fraction
     return waiting_fraction + busy_fraction * (busy - waiting_fraction)
