@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from bench.report import write_report
-from server.analysis.base.gpu_catalog import GpuModel, find_model
+from server.analysis.base.gpu_catalog import find_model
 from server.analysis.projection import shares as shares_mod
 from server.analysis.projection.project import MeasuredRun, project
 from server.analysis.projection.shares import from_kineto, from_telemetry

@@ -65,14 +65,24 @@ def normalize_precision(precision: str | None) -> str:
     return "fp32"
 
 
+def target_precision(precision: str, dst: GpuModel) -> str:
+    """The format the run would use on `dst`: bf16 where it has no bf16 is run in fp16 (a port keeps 16-bit
+    tensor cores); a format with no tensor-core figure at all falls back to fp32 (`GpuModel.peak_flops`)."""
+    if precision == "bf16" and dst.peak_bf16_tflops is None and dst.peak_fp16_tflops is not None:
+        return "fp16"
+    return precision
+
+
 def _ratio_rules(src: GpuModel, dst: GpuModel, precision: str) -> dict[str, tuple[float, float, float, str]]:
     """Per category: (central, low, high, rule) of target time / source time."""
-    f_s, f_d = src.peak_flops(precision), dst.peak_flops(precision)
+    dst_precision = target_precision(precision, dst)
+    f_s, f_d = src.peak_flops(precision), dst.peak_flops(dst_precision)
     b_s, b_d = src.mem_bandwidth_bytes_per_s, dst.mem_bandwidth_bytes_per_s
     link = src.pcie_bandwidth_bytes_per_s / dst.pcie_bandwidth_bytes_per_s
     r_c, r_m = f_s / f_d, b_s / b_d
     return {
-        "compute_bound": (r_c, r_c, r_c, f"peak {precision} FLOP/s: {f_s / 1e12:g} / {f_d / 1e12:g} TFLOPS"),
+        "compute_bound": (r_c, r_c, r_c, f"peak FLOP/s: {f_s / 1e12:g} ({precision}) / {f_d / 1e12:g} "
+                                         f"({dst_precision}) TFLOPS"),
         "memory_bound": (r_m, r_m, r_m, f"memory bandwidth: {b_s / 1e9:g} / {b_d / 1e9:g} GB/s"),
         "communication": (1.0, min(1.0, link), max(1.0, link),
                           f"unchanged at the centre (interconnect not in the catalogue); host link "
@@ -141,8 +151,9 @@ def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
 
     cost_band = (Band(central=cost(target, step.central) or 0.0, low=cost(target, step.low) or 0.0,
                       high=cost(target, step.high) or 0.0) if target.price_per_hour_usd is not None else None)
-    if precision == "bf16" and target.peak_bf16_tflops is None:
-        notes.append(f"{target.name} has no bf16 tensor cores: its compute roof is taken at fp32")
+    if target_precision(precision, target) != precision:
+        notes.append(f"{target.name} has no {precision} tensor cores: projected as run in "
+                     f"{target_precision(precision, target)}")
     categories = [
         ProjectedCategory(category=name, measured_fraction=getattr(s, name), ratio=c, ratio_low=lo, ratio_high=hi,
                           rule=rule)  # type: ignore[arg-type]
