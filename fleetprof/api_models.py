@@ -316,3 +316,19 @@ class ProjectionOut(BaseModel):
     categories: list[ProjectedCategory]
     band_rule: str = Field(description="how the band was built (and where its coverage is measured)")
     notes: list[str]
+
+
+class CandidateGpu(BaseModel):
+    """Right-sizing's view of one other GPU type for the latest run: its projection in ratios to the measurement."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: str = Field(description="catalogue name")
+    summary: str = Field(description="e.g. 'on L40S: 1.80x the step time [1.4-2.3], 42 % less cost per step'")
+    basis: Literal["kineto", "telemetry"]
+    step_time_ratio: Band = Field(description="projected / measured step time")
+    cost_per_step_ratio: Band | None = Field(description="projected / measured cost per step (per epoch alike); "
+                                             "null: a price is missing from the catalogue")
+    energy_per_step_ratio: Band | None = Field(description="projected / measured energy per step; null: the run's "
+                                               "energy is unknown")
+    fits: bool | None = Field(description="the run's reserved peak + the target's CUDA context fit; null: unknown")

@@ -126,3 +126,24 @@ def test_report_with_telemetry_and_rightsizing_inputs() -> None:
                                    "energy_per_step_j": 200.0, "gpu_count": 2})
     assert inputs.power_w == pytest.approx(200.0)  # per GPU: 200 J / 0.5 s / 2 GPUs
     assert inputs.shares.idle == pytest.approx(0.5)
+
+
+def test_rightsizing_lists_each_other_gpu_with_its_band_cheapest_first() -> None:
+    from server.analysis.fleet.rightsizing import rightsize
+
+    run = {"job_id": "r1", "gpu_name": "NVIDIA L40S", "gpu_count": 1, "step_time_s": 0.4, "gpu_util_mean_pct": 95,
+           "energy_per_step_j": 100.0, "peak_used_bytes": 20 << 30, "peak_reserved_bytes": 20 << 30,
+           "duration_s": 3600.0, "memory_total_bytes": L40S.memory_bytes, "interval_peaks_bytes": [20 << 30]}
+    out = rightsize([run])
+    assert out["projection_unavailable"] is None
+    by_gpu = {c.gpu: c for c in out["projections"]}
+    assert "L40S" not in by_gpu and {"T4", "H100-80GB", "A100-80GB"} <= by_gpu.keys()
+    h100 = by_gpu["H100-80GB"]
+    assert h100.step_time_ratio.low < h100.step_time_ratio.central < 1.0 < h100.step_time_ratio.high * 2
+    assert h100.summary.startswith("on H100-80GB: ") and "x the step time [" in h100.summary
+    assert h100.cost_per_step_ratio is not None and h100.energy_per_step_ratio is not None
+    assert by_gpu["T4"].fits is False and "does not fit" in by_gpu["T4"].summary  # 20 GiB on a 15 GiB T4
+    priced = [c for c in out["projections"] if c.fits is not False and c.cost_per_step_ratio is not None]
+    assert [c.cost_per_step_ratio.central for c in priced] == sorted(c.cost_per_step_ratio.central for c in priced)
+    no_step = rightsize([{**run, "step_time_s": None}])
+    assert no_step["projections"] == [] and "step time" in no_step["projection_unavailable"]
