@@ -155,8 +155,8 @@ def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
         notes.append(f"{target.name} has no {precision} tensor cores: projected as run in "
                      f"{target_precision(precision, target)}")
     categories = [
-        ProjectedCategory(category=name, measured_fraction=getattr(s, name), ratio=c, ratio_low=lo, ratio_high=hi,
-                          rule=rule)  # type: ignore[arg-type]
+        ProjectedCategory.model_validate({"category": name, "measured_fraction": getattr(s, name), "ratio": c,
+                                          "ratio_low": lo, "ratio_high": hi, "rule": rule})
         for name, (c, lo, hi, rule) in rules.items()
     ]
     band_rule = (f"the compute-bound share's range ({s.compute_bound_low:.2f}-{s.compute_bound_high:.2f} of the "
