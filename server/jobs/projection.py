@@ -25,7 +25,7 @@ def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu:
         raise InvalidInput(f"unknown GPU type {gpu!r}; the catalogue has: {', '.join(catalogue_names())}")
     report = report_store.get_report(session, job, settings)
     try:
-        run = measured_from_report(report)
+        run = measured_from_report(report, kineto_summaries=report_store.profile_kineto_summaries(session, job))
     except NotEnoughData as exc:
         raise Conflict(f"cannot project job {job.job_id!r}: {exc}") from exc
     return project(run, target).model_copy(update={"job_id": job.job_id})

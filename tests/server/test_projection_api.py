@@ -40,6 +40,12 @@ def test_imported_trace_job_projects_onto_the_other_gpu_with_a_band(api, make_to
     assert abs(step["central"] / v100_s - 1) < 0.20
     assert p["step_time_ratio"]["central"] > 1.2  # an A100 job is slower on a V100
     assert sum(c["measured_fraction"] for c in p["categories"]) == pytest.approx(1.0, abs=1e-6)
+    # the compute-bound share is the trace's GEMM-like kernels' share of its compute time (the stored summary's)
+    a100 = summarize_trace(A100)
+    assert a100.gpu_time is not None and a100.compute_matmul_fraction is not None
+    [compute] = [c for c in p["categories"] if c["category"] == "compute_bound"]
+    assert compute["measured_fraction"] == pytest.approx(
+        a100.gpu_time.compute_us * a100.compute_matmul_fraction / a100.gpu_time.span_us)
     assert p["measured_power_w"] is None and p["power_source"] == "power model"  # a trace carries no power
     assert 0 < p["power_w"]["central"] <= 300  # the V100-16GB's TDP
     assert p["energy_per_step_j"]["low"] <= p["energy_per_step_j"]["central"] <= p["energy_per_step_j"]["high"]

@@ -14,6 +14,7 @@ import numpy as np
 from server.analysis.base.gpu_catalog import GpuModel, find_model
 from server.analysis.projection.project import MeasuredRun
 from server.analysis.projection.shares import StepShares, from_kineto, from_telemetry
+from server.analysis.traces.kineto import combine_ranks
 
 
 class NotEnoughData(ValueError):
@@ -25,7 +26,20 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(known)) if known else None
 
 
-def _kineto_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _kineto_rows(report: Mapping[str, Any],
+                 summaries: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """Per-rank rows of the job's Kineto traces: combined from the stored per-upload `summaries` when given (they
+    carry the compute kernels' matmul fraction, which the report's combined rows do not), else the report's."""
+    if summaries:
+        try:
+            combined = combine_ranks(summaries)
+        except ValueError:  # ranks that do not combine: the report's rows (it says why)
+            combined = None
+        if combined is not None:
+            matmul = {(s.get("rank") if s.get("rank") is not None else 0): s.get("compute_matmul_fraction")
+                      for s in summaries}
+            return [{**r, "compute_matmul_fraction": matmul.get(r["rank"])}
+                    for r in combined.get("per_rank") or () if r.get("span_us")]
     kineto = (report.get("traces") or {}).get("kineto") or {}
     return [r for r in kineto.get("per_rank") or () if r.get("span_us")]
 
@@ -46,10 +60,13 @@ def _gpu(name: str | None, catalog: tuple[GpuModel, ...] | None) -> GpuModel:
     return model
 
 
-def measured_from_report(report: Mapping[str, Any], *, catalog: tuple[GpuModel, ...] | None = None) -> MeasuredRun:
-    """Raises `NotEnoughData` when the report names no catalogued GPU or has no step time."""
+def measured_from_report(report: Mapping[str, Any], *, kineto_summaries: Sequence[Mapping[str, Any]] | None = None,
+                         catalog: tuple[GpuModel, ...] | None = None) -> MeasuredRun:
+    """`kineto_summaries`: the job's stored per-upload Kineto summaries (`TraceSummary.to_dict()`), for the split
+    of compute kernels into GEMM-like and the rest; without them the split's range is the whole compute time.
+    Raises `NotEnoughData` when the report names no catalogued GPU or has no step time."""
     gpus = report.get("gpus") or []
-    rows = _kineto_rows(report)
+    rows = _kineto_rows(report, kineto_summaries)
     trace_gpu = next((((r.get("device") or {}).get("name")) for r in rows if (r.get("device") or {}).get("name")),
                      None)
     named = next((g.get("name") for g in gpus if g.get("name")), None) or trace_gpu \

@@ -606,8 +606,6 @@ def combine_ranks(summaries: Iterable[TraceSummary | Mapping[str, Any]]) -> dict
                 "communication_us": g.get("communication_us"),
                 "memcpy_us": g.get("memcpy_us"),
                 "memset_us": g.get("memset_us"),
-                "other_us": g.get("other_us"),
-                "compute_matmul_fraction": s.get("compute_matmul_fraction"),
                 "idle_pct": g.get("idle_pct"),
                 "compute_pct": g.get("compute_pct"),
                 "non_compute_pct": g.get("non_compute_pct"),
