@@ -32,9 +32,10 @@ import numpy as np
 from bench.report import write_report
 from server.analysis.base.gpu_catalog import find_model
 from server.analysis.projection import shares as shares_mod
+from server.analysis.projection.inputs import kineto_rows
 from server.analysis.projection.project import MeasuredRun, project
 from server.analysis.projection.shares import from_kineto, from_telemetry
-from server.analysis.traces.kineto import combine_ranks, summarize_trace
+from server.analysis.traces.kineto import summarize_trace
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -115,7 +116,7 @@ def trace_runs(data: Path = DATA) -> list[Measured]:
     out: list[Measured] = []
     for label, rel in TRACE_PAIR.items():
         summary = summarize_trace(data / rel)
-        row = combine_ranks([summary])["per_rank"][0]
+        [row] = kineto_rows([summary.to_dict()])
         shares = from_kineto(row)
         gpu = find_model(summary.device.name) if summary.device and summary.device.name else None
         if shares is None or gpu is None or summary.step_time_mean_us is None:

@@ -26,20 +26,25 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(known)) if known else None
 
 
+def kineto_rows(summaries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Per-rank rows (`combine_ranks`) of these Kineto summaries (`TraceSummary.to_dict()`), each with its
+    rank's compute matmul fraction; ValueError when the ranks do not combine."""
+    combined = combine_ranks(summaries)
+    matmul = {(s.get("rank") if s.get("rank") is not None else 0): s.get("compute_matmul_fraction")
+              for s in summaries}
+    return [{**r, "compute_matmul_fraction": matmul.get(r["rank"])}
+            for r in combined.get("per_rank") or () if r.get("span_us")]
+
+
 def _kineto_rows(report: Mapping[str, Any],
                  summaries: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
     """Per-rank rows of the job's Kineto traces: combined from the stored per-upload `summaries` when given (they
     carry the compute kernels' matmul fraction, which the report's combined rows do not), else the report's."""
     if summaries:
         try:
-            combined = combine_ranks(summaries)
+            return kineto_rows(summaries)
         except ValueError:  # ranks that do not combine: the report's rows (it says why)
-            combined = None
-        if combined is not None:
-            matmul = {(s.get("rank") if s.get("rank") is not None else 0): s.get("compute_matmul_fraction")
-                      for s in summaries}
-            return [{**r, "compute_matmul_fraction": matmul.get(r["rank"])}
-                    for r in combined.get("per_rank") or () if r.get("span_us")]
+            pass
     kineto = (report.get("traces") or {}).get("kineto") or {}
     return [r for r in kineto.get("per_rank") or () if r.get("span_us")]
 

@@ -67,8 +67,9 @@ _SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})  # on the GPU but stream
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 # Compute kernels that run at the GPU's FLOP/s roof rather than its memory bandwidth: GEMMs and convolutions
 # (cuBLAS/cutlass/cuDNN names: sgemm, s1688gemm, xmma, implicit_convolve, wgrad/dgrad ...) and fused attention.
-_MATMUL_KERNEL_RE = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|winograd|hmma|imma|s1688|s884|"
-                               r"h1688|h884|flash|fmha|attention|_nn$|_nt$|_tn$|_tt$", re.IGNORECASE)
+_MATMUL_KERNEL_RE = re.compile(r"gemm|conv(?:olution|olve|[123]d|_)|cudnn|cutlass|cublas|xmma|wgrad|dgrad|fprop|"
+                               r"winograd|hmma|imma|s1688|s884|h1688|h884|flash|fmha|attention|_nn$|_nt$|_tn$|_tt$",
+                               re.IGNORECASE)
 
 # Category codes, in priority order for the exclusive split.
 COMPUTE, COMMUNICATION, MEMCPY, MEMSET, OTHER = range(5)
