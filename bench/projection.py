@@ -12,7 +12,8 @@ Nothing here is fitted to these measurements: the product's constants (shares.DE
 project.MODEL_ERROR_FRACTION) were set a priori; the sweep of the telemetry's compute-bound share is printed on
 the calibration models (resnet50, shufflenetv2) only, and the figures are reported separately for the held-out
 models (bert_base_uncased, deepspeech2, ncf). Across power limits is not projected (the model projects onto the
-target's default limit).
+target's default limit); a source run under a lower limit is projected as it is, and the table of those
+pairs shows what that costs.
 
     PYTHONPATH=. .venv/bin/python bench/projection.py
 """
@@ -50,6 +51,7 @@ class Measured:
     network: str
     run: MeasuredRun
     energy_j: float | None  # per unit of work (epoch or step), measured
+    limit_fraction: float = 1.0  # the power limit it ran at / its GPU's default
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class PairResult:
     projected_energy_j: float | None
     energy_low_j: float | None
     energy_high_j: float | None
+    source_limit_fraction: float = 1.0
 
     @property
     def time_error(self) -> float:
@@ -89,8 +92,9 @@ class PairResult:
         return self.energy_low_j <= self.measured_energy_j <= self.energy_high_j
 
 
-def zeus_runs(folder: Path, *, networks: Iterable[str] | None = None) -> list[Measured]:
-    """Each GPU's runs at its default power limit (the highest it was measured at), telemetry only."""
+def zeus_runs(folder: Path, *, networks: Iterable[str] | None = None, all_limits: bool = False) -> list[Measured]:
+    """Each GPU's runs at its default power limit (the highest it was measured at), telemetry only; `all_limits`:
+    at every power limit measured (the workload then names the limit as a fraction of the default)."""
     wanted = set(networks) if networks is not None else None
     out: list[Measured] = []
     for key, name in ZEUS_GPUS.items():
@@ -102,13 +106,14 @@ def zeus_runs(folder: Path, *, networks: Iterable[str] | None = None) -> list[Me
             continue
         default_limit = max(float(r["power_limit"]) for r in rows)
         for r in rows:
-            if float(r["power_limit"]) != default_limit:
+            limit = float(r["power_limit"])
+            if limit != default_limit and not all_limits:
                 continue
             t, p = float(r["time_per_epoch"]), float(r["average_power"])
             run = MeasuredRun(gpu=gpu, step_time_s=t, shares=from_telemetry(None), power_w=p,
-                              power_limit_w=default_limit, energy_per_step_j=p * t)
+                              power_limit_w=limit, energy_per_step_j=p * t)
             workload = f"{r['dataset']}/{r['network']}/b{r['batch_size']}/{r['optimizer']}"
-            out.append(Measured(workload, r["network"], run, p * t))
+            out.append(Measured(workload, r["network"], run, p * t, limit / default_limit))
     return out
 
 
@@ -127,7 +132,7 @@ def trace_runs(data: Path = DATA) -> list[Measured]:
 
 
 def project_pairs(runs: Sequence[Measured], *, include_identity: bool = False) -> list[PairResult]:
-    """Every run projected onto every other run's GPU that measured the same workload."""
+    """Every run projected onto every other run's GPU that measured the same workload at its default limit."""
     by_workload: dict[str, list[Measured]] = {}
     for m in runs:
         by_workload.setdefault(m.workload, []).append(m)
@@ -135,6 +140,8 @@ def project_pairs(runs: Sequence[Measured], *, include_identity: bool = False) -
     for workload, group in sorted(by_workload.items()):
         for src in group:
             for dst in group:
+                if dst.limit_fraction != 1.0:
+                    continue
                 if src is dst and not include_identity:
                     continue
                 if src is not dst and src.run.gpu.name == dst.run.gpu.name:
@@ -142,7 +149,7 @@ def project_pairs(runs: Sequence[Measured], *, include_identity: bool = False) -
                 p = project(src.run, dst.run.gpu)
                 energy = p.energy_per_step_j if src.run.power_w is not None or dst.energy_j is None else None
                 out.append(PairResult(
-                    workload=workload, network=src.network, source=src.run.gpu.name, target=dst.run.gpu.name,
+                    workload=workload, network=src.network, source_limit_fraction=src.limit_fraction, source=src.run.gpu.name, target=dst.run.gpu.name,
                     basis=p.basis, measured_s=dst.run.step_time_s, projected_s=p.step_time_s.central,
                     low_s=p.step_time_s.low, high_s=p.step_time_s.high, measured_energy_j=dst.energy_j,
                     projected_energy_j=energy.central if energy else None,
@@ -228,6 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _print_table("Zeus, per GPU pair (all models)", by_gpu_pair(results))
     per_model = {n: summarize([r for r in results if r.network == n]) for n in sorted({r.network for r in results})}
     _print_table("Zeus, per model", per_model)
+    capped = [r for r in project_pairs(zeus_runs(DATA / "energy" / "zeus-nsdi23", all_limits=True))
+              if r.source_limit_fraction < 1.0]
+    by_cap = {f"source at {lo:.0%}-{hi:.0%} of its limit": summarize(
+        [r for r in capped if lo <= r.source_limit_fraction < hi]) for lo, hi in ((0.8, 1.0), (0.6, 0.8), (0.0, 0.6))}
+    _print_table("Zeus, source run under a lower power limit -> target at its default (not modelled)", by_cap)
     sweep = share_sweep(runs)
     _print_table("Telemetry compute-bound share, calibration models only", sweep)
     oracle = pair_correction_heldout(results)
@@ -240,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{100 * r.time_error:+.1f} %  covered {r.covered}")
     figures: dict[str, Any] = {
         "overall": overall, "per_gpu_pair": by_gpu_pair(results), "per_model": per_model,
-        "telemetry_share_sweep_calibration": sweep, "pair_correction_heldout": oracle,
+        "telemetry_share_sweep_calibration": sweep, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
         "trace_pair": {f"{r.source}->{r.target}": {"measured_s": r.measured_s, "projected_s": r.projected_s,
                                                    "low_s": r.low_s, "high_s": r.high_s,
                                                    "time_error_fraction": r.time_error, "covered_ok": r.covered}
