@@ -91,6 +91,10 @@ def test_memory_carries_the_allocator_peak_and_swaps_the_context() -> None:
     assert project(big, T4).memory.fits is False and project(big, L40S).memory.fits is True
     unknown = project(MeasuredRun(gpu=A100, step_time_s=0.1, shares=_shares(mb=1.0)), T4).memory
     assert unknown.fits is None and unknown.required_bytes is None
+    # telemetry alone: NVML's device peak, with the source's context swapped for the target's
+    nvml = project(MeasuredRun(gpu=A100, step_time_s=0.1, shares=_shares(mb=1.0), peak_used_bytes=10 << 30), T4)
+    assert nvml.memory.required_bytes == (10 << 30) - A100.cuda_context_bytes + T4.cuda_context_bytes
+    assert any("NVML" in c for c in nvml.memory.changes)
 
 
 def test_kineto_row_shares_add_up_and_bound_the_compute_share() -> None:

@@ -108,7 +108,7 @@ def measured_from_report(report: Mapping[str, Any], *, kineto_summaries: Sequenc
         power_limit_w=_mean([g.get("power_limit_w") for g in gpus]),
         energy_per_step_j=energy.get("energy_per_step_j"), gpu_count=max(1, len(gpus) or len(rows)),
         peak_allocated_bytes=memory.get("peak_allocated_bytes"), peak_reserved_bytes=memory.get("peak_reserved_bytes"),
-        job_id=report.get("job_id"), notes=tuple(notes))
+        peak_used_bytes=memory.get("peak_used_bytes"), job_id=report.get("job_id"), notes=tuple(notes))
 
 
 def measured_from_inputs(inputs: Mapping[str, Any], *,
@@ -126,4 +126,5 @@ def measured_from_inputs(inputs: Mapping[str, Any], *,
         gpu=gpu, step_time_s=float(step_s), shares=from_telemetry(util / 100.0 if util is not None else None),
         precision=inputs.get("precision"), power_w=power, power_limit_w=inputs.get("power_limit_w"),
         energy_per_step_j=per_step, gpu_count=count, peak_allocated_bytes=None,
-        peak_reserved_bytes=inputs.get("peak_reserved_bytes"), job_id=inputs.get("job_id"))
+        peak_reserved_bytes=inputs.get("peak_reserved_bytes"), peak_used_bytes=inputs.get("peak_used_bytes"),
+        job_id=inputs.get("job_id"))

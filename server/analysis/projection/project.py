@@ -51,6 +51,7 @@ class MeasuredRun:
     gpu_count: int = 1
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
+    peak_used_bytes: int | None = None  # NVML's device peak: the allocator's plus the CUDA context and others
     job_id: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -175,6 +176,10 @@ def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
 
 def project_memory(run: MeasuredRun, target: GpuModel) -> ProjectedMemory:
     peak = run.peak_reserved_bytes if run.peak_reserved_bytes is not None else run.peak_allocated_bytes
+    from_nvml = peak is None and run.peak_used_bytes is not None
+    if from_nvml and run.peak_used_bytes is not None:
+        # NVML's peak holds the source's context: swap it for the target's
+        peak = max(0, run.peak_used_bytes - run.gpu.cuda_context_bytes)
     required = peak + target.cuda_context_bytes if peak is not None else None
     changes = [
         f"CUDA context and library workspaces: {run.gpu.cuda_context_bytes / MIB:.0f} MiB on {run.gpu.name} -> "
@@ -182,7 +187,10 @@ def project_memory(run: MeasuredRun, target: GpuModel) -> ProjectedMemory:
         "allocator peaks carried over: the same framework, model, batch size and precision allocate the same "
         "tensors; cuBLAS/cuDNN may pick other algorithms (and workspaces) on another architecture",
     ]
-    if peak is None:
+    if from_nvml:
+        changes.append("no allocator peak: NVML's device peak less the source's context stands for it (it also "
+                       "holds other processes' memory on that GPU)")
+    elif peak is None:
         changes.append("no allocator peak measured: whether it fits is unknown")
     elif run.peak_reserved_bytes is None:
         changes.append("only the allocated peak is known: the caching allocator reserves more than that")
