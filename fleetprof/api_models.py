@@ -248,3 +248,87 @@ class CaptureList(BaseModel):
     """GET /api/v1/jobs/{job_id}/captures: newest first."""
 
     captures: list[Capture]
+
+
+class Band(BaseModel):
+    """A projected figure: the central value and the band the measurement is expected in (same unit)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    central: float
+    low: float
+    high: float
+
+
+class ProjectedCategory(BaseModel):
+    """One category of the measured step and how it scales onto the target GPU."""
+
+    model_config = ConfigDict(frozen=True)
+
+    category: Literal["compute_bound", "memory_bound", "communication", "idle"]
+    measured_fraction: float = Field(description="share of the measured step (the categories add up to 1)")
+    ratio: float = Field(description="target time / source time for this category (central)")
+    ratio_low: float
+    ratio_high: float
+    rule: str = Field(description="what the ratio is: the FLOP/s ratio, the bandwidth ratio, ...")
+
+
+class ProjectedMemory(BaseModel):
+    """Memory on the target: the allocator's peaks carry over (same framework, model and batch size); the CUDA
+    context is the target's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    peak_allocated_bytes: int | None = Field(description="carried over from the measured run; null: unknown")
+    peak_reserved_bytes: int | None = Field(description="carried over from the measured run; null: unknown")
+    source_context_bytes: int = Field(description="the source GPU's CUDA context and library workspaces (catalogue)")
+    target_context_bytes: int = Field(description="the target GPU's, which replace the source's (catalogue)")
+    required_bytes: int | None = Field(description="reserved peak (else allocated) + the target's context; "
+                                       "null: no peak measured")
+    target_capacity_bytes: int
+    fits: bool | None = Field(description="required <= capacity; null: unknown")
+    headroom_bytes: int | None
+    changes: list[str] = Field(description="what differs on the target, in words")
+
+
+class ProjectionOut(BaseModel):
+    """GET /api/v1/jobs/{job_id}/projection?gpu=TYPE: a measured run projected onto another GPU type."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str | None = None
+    source_gpu: str = Field(description="catalogue name of the GPU the job ran on")
+    target_gpu: str = Field(description="catalogue name of the GPU projected onto")
+    basis: Literal["kineto", "telemetry"] = Field(description="kineto: per-category split from a trace; telemetry: "
+                                                  "NVML busy fraction only")
+    measured_step_time_s: float
+    step_time_s: Band = Field(description="projected step time on the target (s)")
+    step_time_ratio: Band = Field(description="projected / measured step time")
+    measured_power_w: float | None = Field(description="the run's mean power while stepping; null: not measured")
+    power_w: Band = Field(description="projected mean power on the target (W)")
+    power_source: str = Field(description="'measured, scaled by the power model' or 'power model'")
+    measured_energy_per_step_j: float | None
+    energy_per_step_j: Band = Field(description="projected energy per step on the target (J)")
+    cost_per_step_usd: Band | None = Field(description="projected step time x the target's list price; null: no "
+                                           "price in the catalogue")
+    measured_cost_per_step_usd: float | None
+    memory: ProjectedMemory
+    categories: list[ProjectedCategory]
+    band_rule: str = Field(description="how the band was built (and where its coverage is measured)")
+    notes: list[str]
+
+
+class CandidateGpu(BaseModel):
+    """Right-sizing's view of one other GPU type for the latest run: its projection in ratios to the measurement."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: str = Field(description="catalogue name")
+    summary: str = Field(description="e.g. 'on L40S: 1.80x the step time [1.4-2.3], 42 % less cost per step'")
+    basis: Literal["kineto", "telemetry"]
+    step_time_ratio: Band = Field(description="projected / measured step time")
+    cost_per_step_ratio: Band | None = Field(description="projected / measured cost per step (per epoch alike); "
+                                             "null: a price is missing from the catalogue")
+    energy_per_step_ratio: Band | None = Field(description="projected / measured energy per step; null: the run's "
+                                               "energy is unknown")
+    fits: bool | None = Field(description="the run's reserved peak + the target's CUDA context fit; null: unknown")

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("fleetprof.commands.report", "print a job's characterization report"),
     "rightsizing": ("fleetprof.commands.rightsizing",
                     "what to request for a job or a recurring job's next run, and why"),
+    "projection": ("fleetprof.commands.projection",
+                   "a job's step time, energy per step and memory projected onto another GPU type"),
     "replay": ("fleetprof.commands.replay", "send a recorded telemetry file through the ingest API"),
     "capture": ("fleetprof.commands.capture", "ask a running job for a live capture (Kineto or allocator trace)"),
     "import-trace": ("fleetprof.commands.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),

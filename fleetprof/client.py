@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from fleetprof.api_models import Capture, CaptureList, CompareOut
+from fleetprof.api_models import Capture, CaptureList, CompareOut, ProjectionOut
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.settings import ClientSettings, connection, load_client_settings
@@ -303,6 +303,11 @@ class Client:
         else:
             body = self.get_json("/api/v1/rightsizing", name=name, team=team, history=history)
         return body
+
+    def projection(self, job_id: str, gpu: str) -> ProjectionOut:
+        """GET /api/v1/jobs/{job_id}/projection: the job's step time, power, energy per step and memory projected
+        onto the GPU type `gpu` (a catalogue name), each with its band."""
+        return ProjectionOut.model_validate(self.get_json(job_path(job_id, "projection"), gpu=gpu))
 
     def timeseries(self, job_id: str, metric: str, *, points: int = 1000, since: float | None = None,
                    until: float | None = None) -> Json:

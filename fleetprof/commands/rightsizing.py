@@ -31,6 +31,12 @@ def format_table(answer: dict[str, Any]) -> str:
             lines.append(f"\n[{key}]")
             lines += section_lines(value, {}, key)
     lines += recommendation_lines(answer.get("recommendations") or [])
+    candidates = answer.get("projections") or []
+    if candidates or answer.get("projection_unavailable"):
+        lines.append("\n[other GPU types] (projected from the latest run; bands in brackets)")
+        lines += [f"  {c['summary']}" for c in candidates]
+        if answer.get("projection_unavailable"):
+            lines.append(f"  unavailable: {answer['projection_unavailable']}")
     return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from server.analysis.base.gpu_catalog import GpuModel
+from server.analysis.energy import power_model
+from server.analysis.energy.power_model import WAITING_POWER_FRACTION
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,9 @@ class Efficiency:
     # hosts issue ops in 10-20 us: the band's low end.
     host_per_op_s: float = 59e-6
     host_per_op_low_s: float = 12e-6
-    # Power drawn with clocks up but the SMs mostly waiting on the host, as a fraction of TDP: an H100 ran a
-    # host-bound CNN job at 110 W mean (tests/gpu/test_run_on_gpu.py, 2026-11-25), against 75 W idle at low clocks.
-    waiting_power_fraction: float = 0.16
+    # Power drawn with clocks up but the SMs mostly waiting on the host, as a fraction of TDP (the power rule's
+    # own figure, server.analysis.energy.power_model)
+    waiting_power_fraction: float = WAITING_POWER_FRACTION
 
 
 EFFICIENCY = Efficiency()
@@ -145,7 +147,6 @@ def step_time(
 
 def power_fraction(compute_bound_fraction: float, busy_fraction: float = 1.0,
                    eff: Efficiency = EFFICIENCY) -> float:
-    """Share of TDP drawn: while the GPU computes, ~50% for memory/launch-bound kernels up to ~85% for GEMM-bound
-    training; while it waits on the host, `waiting_power_fraction`; weighted by the share of the step it computes."""
-    busy = 0.5 + 0.35 * compute_bound_fraction
-    return eff.waiting_power_fraction + busy_fraction * (busy - eff.waiting_power_fraction)
+    """Share of TDP drawn: the one power rule (server.analysis.energy.power_model) with this efficiency's
+    waiting power."""
+    return power_model.power_fraction(compute_bound_fraction, busy_fraction, eff.waiting_power_fraction)

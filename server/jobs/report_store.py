@@ -36,9 +36,8 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
                                            now=now)
     captures = list(session.scalars(select(Capture).where(Capture.job_pk == job.id)
                                     .order_by(Capture.requested_at.desc(), Capture.id.desc())))
+    summaries = _trace_summaries(session, job)
     captured = {tid for c in captures for tid in c.trace_ids or []}
-    summaries = {t.id: t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
-                 for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))}
     # A live capture's traces are shown per capture (a capture traces its ranks again: they do not combine with the
     # job's own profile uploads)
     merge_trace_sections(report, [s for tid, s in summaries.items() if tid not in captured])
@@ -64,6 +63,19 @@ def compute_report(session: Session, job: Job, settings: ServerSettings) -> dict
         plot_views.store(session, job, job_gpu_windows(session, job, now=now_dt), computed_at=now_dt)
     session.expire_all()
     return report
+
+
+def _trace_summaries(session: Session, job: Job) -> dict[int, dict]:
+    """The job's uploads' stored summaries by trace id, each with its kind, filename and rank."""
+    return {t.id: t.summary | {"kind": t.kind, "filename": t.filename, "rank": t.rank}
+            for t in session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id))}
+
+
+def profile_kineto_summaries(session: Session, job: Job) -> list[dict]:
+    """The Kineto summaries the report's time breakdown combines: the job's uploads outside live captures."""
+    captured = {tid for c in session.scalars(select(Capture).where(Capture.job_pk == job.id))
+                for tid in c.trace_ids or []}
+    return [s for tid, s in _trace_summaries(session, job).items() if tid not in captured and s["kind"] == "kineto"]
 
 
 def _capture_row(capture: Capture) -> CaptureRow:

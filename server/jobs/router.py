@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fleetprof.api_models import CompareOut, JobList, JobRead
+from fleetprof.api_models import CompareOut, JobList, JobRead, ProjectionOut
 from fleetprof.jobid import job_path
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
@@ -29,6 +29,7 @@ from server.jobs import service as job_service
 from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
+from server.jobs.projection import job_projection
 from server.jobs.schemas import (
     JobAck,
     JobCreate,
@@ -269,6 +270,19 @@ def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, 
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     return _rightsizing(session, job, settings, history)
+
+
+@router.get(f"{JOB}/projection", response_model=ProjectionOut,
+            responses={**JOB_NOT_FOUND,
+                       409: {"description": "the job lacks what a projection needs (its GPU type, a step time)"},
+                       422: {"description": "the GPU type is not in the catalogue (the detail lists its names)"}},
+            summary="The job's step time, power, energy per step and memory projected onto another GPU type")
+def get_projection(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+                   gpu: str = Query(..., min_length=1, max_length=100,
+                                    description="target GPU type: a catalogue name or an NVML device name")
+                   ) -> ProjectionOut:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    return job_projection(session, job, settings, gpu=gpu)
 
 
 PLAN_NOT_FOUND: dict[int | str, dict[str, Any]] = {

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fleetprof.api_models import CandidateGpu
 from fleetprof.protocol import JobId, Timestamp
 from fleetprof.report import Recommendation
 
@@ -113,6 +114,10 @@ class RightsizingOut(BaseModel):
     runs: int
     memory: MemoryTarget | None = Field(description="null: no run with a known peak")
     recommendations: list[Recommendation]
+    projections: list[CandidateGpu] = Field(default_factory=list, description=(
+        "the latest run projected onto each other catalogue GPU type (telemetry basis), cheapest per step first; "
+        "GET /api/v1/jobs/{job_id}/projection has the full projection"))
+    projection_unavailable: str | None = Field(None, description="why there are no projections (null: there are)")
 
 
 class SeriesOut(BaseModel):

@@ -62,6 +62,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/timeseries/batch"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/rightsizing"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/rightsizing"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/projection"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/steps"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/plans/offsets"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/plans/swap"): Rule(JOB_READ, team_bound=True),
@@ -163,6 +164,8 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
             elif template.endswith("/captures/{capture_id}/state"):  # a capture id nobody issued: admitted, 404
                 out.append(Call(method, path.replace("{capture_id}", "0" * 32), json={"state": "delivered"},
                                 job_team=team, expect={"team_a": 404, "team_b": 404, "operator": 404}))
+            elif template.endswith("/projection"):
+                out.append(Call(method, path, params={"gpu": "L40S"}, job_team=team))
             elif template.endswith(("/timeseries", "/timeseries/batch")):
                 out.append(Call(method, path, params={"metric": "memory_used_bytes"}, job_team=team))
             else:

@@ -18,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from fleetprof.api_models import Band, CandidateGpu
 from fleetprof.report import Recommendation
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
 from server.analysis.base.jobdata import JobData, jsonable
 from server.analysis.energy.power_limit import job_power_limit_w
 from server.analysis.fleet.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
 from server.analysis.fleet.rollup import rollup_gpus
+from server.analysis.projection.inputs import NotEnoughData, measured_from_inputs
+from server.analysis.projection.project import project
 
 TARGET_PERCENTILE = 95.0
 OOM_BUMP_FRACTION = 0.2  # VPA: memory × 1.2 after an OOM ...
@@ -226,7 +229,49 @@ def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuMode
     recs.extend(_gpu_count_recs(last))
     recs.extend(_batch_recs(runs, catalog, explain_missing=explain_missing))
     recs.append(_power_cap_rec(runs))
+    try:
+        out["projections"] = candidate_projections(last, catalog)
+        out["projection_unavailable"] = None
+    except NotEnoughData as exc:
+        out["projections"], out["projection_unavailable"] = [], str(exc)
     return out
+
+
+def _ratio_band(b: Band, measured: float | None) -> Band | None:
+    if measured is None or measured <= 0:
+        return None
+    return Band(central=b.central / measured, low=b.low / measured, high=b.high / measured)
+
+
+def _more_or_less(ratio: Band | None, what: str) -> str | None:
+    if ratio is None:
+        return None
+    change = ratio.central - 1.0
+    return f"{abs(change) * 100:.0f} % {'less' if change < 0 else 'more'} {what}"
+
+
+def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[CandidateGpu]:
+    """The latest run (its `rightsizing_inputs`) projected onto every other catalogue GPU type: ratios to what it
+    measured, with their bands; cheapest per step first, then by step time. Raises NotEnoughData."""
+    run = measured_from_inputs(last, catalog=tuple(catalog))
+    out: list[CandidateGpu] = []
+    for model in catalog:
+        if model.name == run.gpu.name:
+            continue
+        p = project(run, model)
+        time_ratio = p.step_time_ratio
+        cost = (_ratio_band(p.cost_per_step_usd, p.measured_cost_per_step_usd)
+                if p.cost_per_step_usd is not None else None)
+        energy = _ratio_band(p.energy_per_step_j, p.measured_energy_per_step_j)
+        parts = [f"{time_ratio.central:.2f}x the step time [{time_ratio.low:.2f}-{time_ratio.high:.2f}]",
+                 _more_or_less(cost, "cost per step"), _more_or_less(energy, "energy per step")]
+        if p.memory.fits is False:
+            parts.append("does not fit in memory")
+        out.append(CandidateGpu(gpu=model.name, summary=f"on {model.name}: " + ", ".join(x for x in parts if x),
+                                basis=p.basis, step_time_ratio=time_ratio, cost_per_step_ratio=cost,
+                                energy_per_step_ratio=energy, fits=p.memory.fits))
+    return sorted(out, key=lambda c: (c.fits is False, c.cost_per_step_ratio.central if c.cost_per_step_ratio
+                                      else math.inf, c.step_time_ratio.central))
 
 
 def job_recommendations(report: Mapping[str, Any]) -> list[Recommendation]:

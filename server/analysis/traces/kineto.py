@@ -65,10 +65,20 @@ _MEMORY_KERNEL_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 _SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})  # on the GPU but stream -1 (HTA)
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+# Compute kernels that run at the GPU's FLOP/s roof rather than its memory bandwidth: GEMMs and convolutions
+# (cuBLAS/cutlass/cuDNN names: sgemm, s1688gemm, xmma, implicit_convolve, wgrad/dgrad ...) and fused attention.
+_MATMUL_KERNEL_RE = re.compile(r"gemm|conv(?:olution|olve|[123]d|_)|cudnn|cutlass|cublas|xmma|wgrad|dgrad|fprop|"
+                               r"winograd|hmma|imma|s1688|s884|h1688|h884|flash|fmha|attention|_nn$|_nt$|_tn$|_tt$",
+                               re.IGNORECASE)
 
 # Category codes, in priority order for the exclusive split.
 COMPUTE, COMMUNICATION, MEMCPY, MEMSET, OTHER = range(5)
 CATEGORY_NAMES = ("compute", "communication", "memcpy", "memset", "other")
+
+
+def is_matmul_kernel(name: str) -> bool:
+    """A GEMM, convolution or fused-attention kernel (compute-bound at its roof), by name."""
+    return _MATMUL_KERNEL_RE.search(name) is not None
 
 
 def kernel_category(name: str) -> int:
@@ -170,6 +180,9 @@ class TraceSummary:
     peak_reserved_bytes: int | None
     counts: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    # Of the compute kernels' summed time, the share in GEMM/convolution/attention kernels (`is_matmul_kernel`);
+    # None without compute kernels. Sums of kernel durations (not the union): concurrent kernels count twice.
+    compute_matmul_fraction: float | None = None
 
     @property
     def step_time_mean_us(self) -> float | None:
@@ -405,6 +418,12 @@ def _finish(acc: _Accumulator, header: dict[str, Any], trace_bytes: int) -> Trac
         for name, s in top
     ]
     steps = [StepTime(step=k, start_us=v[0], duration_us=v[1]) for k, v in sorted(acc.steps.items())]
+    compute_total = matmul_total = 0.0
+    for name, s in acc.kernel_stats.items():
+        if int(s[3]) == COMPUTE:
+            compute_total += s[1]
+            if is_matmul_kernel(name):
+                matmul_total += s[1]
     memory = _memory_timelines(acc, notes)
     gpu_mem = [m for m in memory if m.device.startswith("cuda")]
     peak_alloc = max((m.peak_allocated_bytes for m in gpu_mem), default=None)
@@ -429,6 +448,7 @@ def _finish(acc: _Accumulator, header: dict[str, Any], trace_bytes: int) -> Trac
         peak_reserved_bytes=max(reserved) if reserved else None,
         counts=counts,
         notes=notes,
+        compute_matmul_fraction=matmul_total / compute_total if compute_total > 0 else None,
     )
 
 

@@ -1,0 +1,268 @@
+"""Projection onto other GPUs against real measurements (issue #21, part 4).
+
+Two sources nobody here wrote (tests/data/SOURCES.md):
+- Zeus' measured tables (NSDI'23, `energy/zeus-nsdi23/summary_power_*.csv`): time per epoch and mean power of the
+  same (dataset, model, batch size, optimizer) on V100, A40, RTX 6000 and P100. Each run at its GPU's default
+  power limit (the highest measured) is projected from telemetry alone (its mean power; no busy fraction, no
+  trace: the telemetry basis) onto every other GPU that measured the same configuration.
+- HTA's A100-vs-V100 Kineto pair (`kineto/hta/trace_diff/`): the per-category (kineto) basis, both ways.
+
+Per pair: projected vs measured time per epoch (or step) and energy, and whether the band covers the measurement.
+Nothing here is fitted to these measurements: the product's constants (shares.DEFAULT_COMPUTE_BOUND_SHARE,
+project.MODEL_ERROR_FRACTION) were set a priori; the sweep of the telemetry's compute-bound share is printed on
+the calibration models (resnet50, shufflenetv2) only, and the figures are reported separately for the held-out
+models (bert_base_uncased, deepspeech2, ncf). Across power limits is not projected (the model projects onto the
+target's default limit); a source run under a lower limit is projected as it is, and the table of those
+pairs shows what that costs.
+
+    PYTHONPATH=. .venv/bin/python bench/projection.py
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.report import write_report
+from server.analysis.base.gpu_catalog import find_model
+from server.analysis.projection import shares as shares_mod
+from server.analysis.projection.inputs import kineto_rows
+from server.analysis.projection.project import MeasuredRun, project
+from server.analysis.projection.shares import from_kineto, from_telemetry
+from server.analysis.traces.kineto import summarize_trace
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+RESULTS = Path(__file__).resolve().parent / "results"
+ZEUS_GPUS = {"v100": "V100-PCIE-32GB", "a40": "A40", "rtx6000": "RTX6000", "p100": "P100-PCIE-16GB"}
+CALIBRATION_MODELS = frozenset({"resnet50", "shufflenetv2"})
+TRACE_PAIR = {"A100": "kineto/hta/trace_diff/control/control.json.gz", "V100": "kineto/hta/trace_diff/test/test.json.gz"}
+
+
+@dataclass(frozen=True)
+class Measured:
+    workload: str  # dataset/network/batch/optimizer, or the trace's name
+    network: str
+    run: MeasuredRun
+    energy_j: float | None  # per unit of work (epoch or step), measured
+    limit_fraction: float = 1.0  # the power limit it ran at / its GPU's default
+
+
+@dataclass(frozen=True)
+class PairResult:
+    workload: str
+    network: str
+    source: str
+    target: str
+    basis: str
+    measured_s: float
+    projected_s: float
+    low_s: float
+    high_s: float
+    measured_energy_j: float | None
+    projected_energy_j: float | None
+    energy_low_j: float | None
+    energy_high_j: float | None
+    source_limit_fraction: float = 1.0
+
+    @property
+    def time_error(self) -> float:
+        return self.projected_s / self.measured_s - 1.0
+
+    @property
+    def covered(self) -> bool:
+        return self.low_s <= self.measured_s <= self.high_s
+
+    @property
+    def energy_error(self) -> float | None:
+        if self.measured_energy_j is None or self.projected_energy_j is None:
+            return None
+        return self.projected_energy_j / self.measured_energy_j - 1.0
+
+    @property
+    def energy_covered(self) -> bool | None:
+        if self.measured_energy_j is None or self.energy_low_j is None or self.energy_high_j is None:
+            return None
+        return self.energy_low_j <= self.measured_energy_j <= self.energy_high_j
+
+
+def zeus_runs(folder: Path, *, networks: Iterable[str] | None = None, all_limits: bool = False) -> list[Measured]:
+    """Each GPU's runs at its default power limit (the highest it was measured at), telemetry only; `all_limits`:
+    at every power limit measured (the workload then names the limit as a fraction of the default)."""
+    wanted = set(networks) if networks is not None else None
+    out: list[Measured] = []
+    for key, name in ZEUS_GPUS.items():
+        gpu = find_model(name)
+        assert gpu is not None, name
+        with (folder / f"summary_power_{key}.csv").open() as f:
+            rows = [r for r in csv.DictReader(f) if wanted is None or r["network"] in wanted]
+        if not rows:
+            continue
+        default_limit = max(float(r["power_limit"]) for r in rows)
+        for r in rows:
+            limit = float(r["power_limit"])
+            if limit != default_limit and not all_limits:
+                continue
+            t, p = float(r["time_per_epoch"]), float(r["average_power"])
+            run = MeasuredRun(gpu=gpu, step_time_s=t, shares=from_telemetry(None), power_w=p,
+                              power_limit_w=limit, energy_per_step_j=p * t)
+            workload = f"{r['dataset']}/{r['network']}/b{r['batch_size']}/{r['optimizer']}"
+            out.append(Measured(workload, r["network"], run, p * t, limit / default_limit))
+    return out
+
+
+def trace_runs(data: Path = DATA) -> list[Measured]:
+    out: list[Measured] = []
+    for label, rel in TRACE_PAIR.items():
+        summary = summarize_trace(data / rel)
+        [row] = kineto_rows([summary.to_dict()])
+        shares = from_kineto(row)
+        gpu = find_model(summary.device.name) if summary.device and summary.device.name else None
+        if shares is None or gpu is None or summary.step_time_mean_us is None:
+            raise ValueError(f"{rel}: no GPU time, no catalogued device or no steps")
+        run = MeasuredRun(gpu=gpu, step_time_s=summary.step_time_mean_us / 1e6, shares=shares)
+        out.append(Measured("hta trace_diff (DLRM-like, 1 rank)", f"trace:{label}", run, None))
+    return out
+
+
+def project_pairs(runs: Sequence[Measured], *, include_identity: bool = False) -> list[PairResult]:
+    """Every run projected onto every other run's GPU that measured the same workload at its default limit."""
+    by_workload: dict[str, list[Measured]] = {}
+    for m in runs:
+        by_workload.setdefault(m.workload, []).append(m)
+    out: list[PairResult] = []
+    for workload, group in sorted(by_workload.items()):
+        for src in group:
+            for dst in group:
+                if dst.limit_fraction != 1.0:
+                    continue
+                if src is dst and not include_identity:
+                    continue
+                if src is not dst and src.run.gpu.name == dst.run.gpu.name:
+                    continue
+                p = project(src.run, dst.run.gpu)
+                energy = p.energy_per_step_j if src.run.power_w is not None or dst.energy_j is None else None
+                out.append(PairResult(
+                    workload=workload, network=src.network, source_limit_fraction=src.limit_fraction, source=src.run.gpu.name, target=dst.run.gpu.name,
+                    basis=p.basis, measured_s=dst.run.step_time_s, projected_s=p.step_time_s.central,
+                    low_s=p.step_time_s.low, high_s=p.step_time_s.high, measured_energy_j=dst.energy_j,
+                    projected_energy_j=energy.central if energy else None,
+                    energy_low_j=energy.low if energy else None, energy_high_j=energy.high if energy else None))
+    return out
+
+
+def summarize(results: Sequence[PairResult]) -> dict[str, Any]:
+    """Median absolute error (%) and band coverage (%) of time and energy; null where nothing was measured."""
+    if not results:
+        return {"pairs_count": 0, "median_time_error_pct": None, "time_band_coverage_pct": None,
+                "median_energy_error_pct": None, "energy_band_coverage_pct": None}
+    energy = [r for r in results if r.energy_error is not None]
+    return {
+        "pairs_count": len(results),
+        "median_time_error_pct": 100.0 * float(np.median([abs(r.time_error) for r in results])),
+        "time_band_coverage_pct": 100.0 * float(np.mean([r.covered for r in results])),
+        "median_energy_error_pct": (100.0 * float(np.median([abs(r.energy_error or 0.0) for r in energy]))
+                                    if energy else None),
+        "energy_band_coverage_pct": (100.0 * float(np.mean([bool(r.energy_covered) for r in energy]))
+                                     if energy else None),
+    }
+
+
+def by_gpu_pair(results: Sequence[PairResult]) -> dict[str, dict[str, Any]]:
+    keys = sorted({(r.source, r.target) for r in results})
+    return {f"{s}->{t}": summarize([r for r in results if (r.source, r.target) == (s, t)]) for s, t in keys}
+
+
+def share_sweep(runs: Sequence[Measured], values: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0)) -> dict[str, Any]:
+    """The telemetry's compute-bound share against the calibration models' pairs only (not the held-out ones)."""
+    calibration = [m for m in runs if m.network in CALIBRATION_MODELS]
+    out: dict[str, Any] = {}
+    default = shares_mod.DEFAULT_COMPUTE_BOUND_SHARE
+    try:
+        for v in values:
+            shares_mod.DEFAULT_COMPUTE_BOUND_SHARE = v
+            swept = [replace(m, run=replace(m.run, shares=from_telemetry(None))) for m in calibration]
+            out[f"share_{v:g}"] = summarize(project_pairs(swept))
+    finally:
+        shares_mod.DEFAULT_COMPUTE_BOUND_SHARE = default
+    return out
+
+
+def pair_correction_heldout(results: Sequence[PairResult]) -> dict[str, Any]:
+    """An upper bound on what a per-GPU-pair correction could buy (the product has none): each pair's median
+    measured/projected ratio on the calibration models, applied to the held-out models' projections."""
+    calibration = [r for r in results if r.network in CALIBRATION_MODELS]
+    correction = {k: float(np.exp(np.median([math.log(r.measured_s / r.projected_s) for r in calibration
+                                             if (r.source, r.target) == k])))
+                  for k in {(r.source, r.target) for r in calibration}}
+    held = [r for r in results if r.network not in CALIBRATION_MODELS and (r.source, r.target) in correction]
+    errors = [abs(r.projected_s * correction[(r.source, r.target)] / r.measured_s - 1.0) for r in held]
+    return {"pairs_count": len(held),
+            "median_time_error_pct": 100.0 * float(np.median(errors)) if errors else None,
+            "correction": {f"{s}->{t}_ratio": v for (s, t), v in sorted(correction.items())}}
+
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "unknown" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _print_table(title: str, rows: dict[str, dict[str, Any]]) -> None:
+    print(f"\n{title}")
+    print(f"{'':32} {'pairs':>5} {'|t err| med %':>14} {'t band cov %':>13} {'|E err| med %':>14} {'E band cov %':>13}")
+    for name, s in rows.items():
+        print(f"{name:32} {s['pairs_count']:>5} {_fmt(s['median_time_error_pct']):>14} "
+              f"{_fmt(s['time_band_coverage_pct']):>13} {_fmt(s['median_energy_error_pct']):>14} "
+              f"{_fmt(s['energy_band_coverage_pct']):>13}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    runs = zeus_runs(DATA / "energy" / "zeus-nsdi23")
+    results = project_pairs(runs)
+    held_out = [r for r in results if r.network not in CALIBRATION_MODELS]
+    calibration = [r for r in results if r.network in CALIBRATION_MODELS]
+    traces = project_pairs(trace_runs(), include_identity=True)
+    cross = [r for r in traces if r.source != r.target]
+    overall = {"zeus all models": summarize(results), "zeus held-out models": summarize(held_out),
+               "zeus calibration models": summarize(calibration), "hta trace pair (cross)": summarize(cross),
+               "hta trace pair (identity)": summarize([r for r in traces if r.source == r.target])}
+    _print_table("Projected vs measured (default power limit)", overall)
+    _print_table("Zeus, per GPU pair (all models)", by_gpu_pair(results))
+    per_model = {n: summarize([r for r in results if r.network == n]) for n in sorted({r.network for r in results})}
+    _print_table("Zeus, per model", per_model)
+    capped = [r for r in project_pairs(zeus_runs(DATA / "energy" / "zeus-nsdi23", all_limits=True))
+              if r.source_limit_fraction < 1.0]
+    by_cap = {f"source at {lo:.0%}-{hi:.0%} of its limit": summarize(
+        [r for r in capped if lo <= r.source_limit_fraction < hi]) for lo, hi in ((0.8, 1.0), (0.6, 0.8), (0.0, 0.6))}
+    _print_table("Zeus, source run under a lower power limit -> target at its default (not modelled)", by_cap)
+    sweep = share_sweep(runs)
+    _print_table("Telemetry compute-bound share, calibration models only", sweep)
+    oracle = pair_correction_heldout(results)
+    print(f"\nA per-GPU-pair correction fitted on the calibration models, on the held-out ones: median |t err| "
+          f"{_fmt(oracle['median_time_error_pct'])} % over {oracle['pairs_count']} pairs (not in the product)")
+    print("\nHTA A100-vs-V100 Kineto pair (per-category basis)")
+    for r in traces:
+        print(f"  {r.source:>10} -> {r.target:<10} measured {r.measured_s * 1e3:7.1f} ms  projected "
+              f"{r.projected_s * 1e3:7.1f} ms [{r.low_s * 1e3:.1f}, {r.high_s * 1e3:.1f}]  error "
+              f"{100 * r.time_error:+.1f} %  covered {r.covered}")
+    figures: dict[str, Any] = {
+        "overall": overall, "per_gpu_pair": by_gpu_pair(results), "per_model": per_model,
+        "telemetry_share_sweep_calibration": sweep, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
+        "trace_pair": {f"{r.source}->{r.target}": {"measured_s": r.measured_s, "projected_s": r.projected_s,
+                                                   "low_s": r.low_s, "high_s": r.high_s,
+                                                   "time_error_fraction": r.time_error, "covered_ok": r.covered}
+                       for r in traces},
+        "calibration_models": sorted(CALIBRATION_MODELS),
+    }
+    write_report(__file__, figures)
+    print(f"\nwrote {write_report(__file__, figures, out_dir=RESULTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

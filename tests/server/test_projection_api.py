@@ -1,0 +1,88 @@
+"""GET /api/v1/jobs/{job_id}/projection on jobs made by importing real Kineto traces (HTA's A100-vs-V100 pair,
+tests/data/kineto/hta/trace_diff) through the traces import path, on the real app and Postgres."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.analysis.traces.kineto import summarize_trace
+from tests.server.helpers import auth
+
+PAIR = Path(__file__).resolve().parents[1] / "data/kineto/hta/trace_diff"
+A100, V100 = PAIR / "control/control.json.gz", PAIR / "test/test.json.gz"
+
+
+def _import(api, token, job, path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = api.post(f"/api/v1/jobs/{job}/traces", content=path.read_bytes(), params={"filename": path.name},
+                 headers={**auth(token), "Content-Type": "application/gzip"})
+    assert r.status_code == 200, r.text
+
+
+def test_imported_trace_job_projects_onto_the_other_gpu_with_a_band(api, make_token):
+    team = make_token("team", team="recsys")
+    _import(api, team, "dlrm-a100", A100)
+    r = api.get("/api/v1/jobs/dlrm-a100/projection", params={"gpu": "V100-16GB"}, headers=auth(team))
+    assert r.status_code == 200, r.text
+    p = r.json()
+    assert p["job_id"] == "dlrm-a100" and p["source_gpu"] == "A100-40GB" and p["target_gpu"] == "V100-16GB"
+    assert p["basis"] == "kineto"
+    step = p["step_time_s"]
+    assert step["low"] < step["central"] < step["high"]
+    # the other trace of the pair measured the V100: the band covers it and the value is within 20 %
+    v100_s = summarize_trace(V100).step_time_mean_us / 1e6
+    assert step["low"] <= v100_s <= step["high"]
+    assert abs(step["central"] / v100_s - 1) < 0.20
+    assert p["step_time_ratio"]["central"] > 1.2  # an A100 job is slower on a V100
+    assert sum(c["measured_fraction"] for c in p["categories"]) == pytest.approx(1.0, abs=1e-6)
+    # the compute-bound share is the trace's GEMM-like kernels' share of its compute time (the stored summary's)
+    a100 = summarize_trace(A100)
+    assert a100.gpu_time is not None and a100.compute_matmul_fraction is not None
+    [compute] = [c for c in p["categories"] if c["category"] == "compute_bound"]
+    assert compute["measured_fraction"] == pytest.approx(
+        a100.gpu_time.compute_us * a100.compute_matmul_fraction / a100.gpu_time.span_us)
+    assert p["measured_power_w"] is None and p["power_source"] == "power model"  # a trace carries no power
+    assert 0 < p["power_w"]["central"] <= 300  # the V100-16GB's TDP
+    assert p["energy_per_step_j"]["low"] <= p["energy_per_step_j"]["central"] <= p["energy_per_step_j"]["high"]
+    # an NVML device name works as well as the catalogue's
+    again = api.get("/api/v1/jobs/dlrm-a100/projection", params={"gpu": "Tesla V100-SXM2-16GB"}, headers=auth(team))
+    assert again.json()["step_time_s"] == step
+
+
+def test_unknown_gpu_no_data_and_other_team(api, make_token):
+    team, other = make_token("team", team="recsys"), make_token("team", team="vision")
+    _import(api, team, "dlrm-v100", V100)
+    r = api.get("/api/v1/jobs/dlrm-v100/projection", params={"gpu": "B9000"}, headers=auth(team))
+    assert r.status_code == 422 and "B9000" in r.json()["detail"] and "A100-40GB" in r.json()["detail"]
+    assert api.get("/api/v1/jobs/dlrm-v100/projection", params={"gpu": "L40S"},
+                   headers=auth(other)).status_code == 404
+    assert api.get("/api/v1/jobs/dlrm-v100/projection", headers=auth(team)).status_code == 422  # gpu is required
+    assert api.post("/api/v1/jobs", json={"job_id": "empty-1"}, headers=auth(team)).status_code == 200
+    r = api.get("/api/v1/jobs/empty-1/projection", params={"gpu": "L40S"}, headers=auth(team))
+    assert r.status_code == 409 and "GPU type is unknown" in r.json()["detail"]
+
+
+def test_cli_imports_a_trace_and_prints_its_projection(cli_env, live_server, make_token):
+    env = {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": make_token("team", team="t")}
+    r = subprocess.run([sys.executable, "-m", "fleetprof.cli", "import-trace", "dlrm-cli", str(V100)], env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "fleetprof.cli", "projection", "dlrm-cli", "--gpu", "A100-40GB",
+                        "--format", "json"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    a100_s = summarize_trace(A100).step_time_mean_us / 1e6
+    assert p["step_time_s"]["low"] <= a100_s <= p["step_time_s"]["high"]
+    table = subprocess.run([sys.executable, "-m", "fleetprof.cli", "projection", "dlrm-cli", "--gpu", "A100-40GB"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and "V100-16GB -> A100-40GB (kineto basis)" in table.stdout
+    bad = subprocess.run([sys.executable, "-m", "fleetprof.cli", "projection", "dlrm-cli", "--gpu", "B9000"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "A100-40GB" in bad.stderr
+    assert httpx.get(f"{live_server}/api/v1/jobs/dlrm-cli/projection", params={"gpu": "T4"},
+                     headers=auth(env["FLEETPROF_TOKEN"])).status_code == 200
