@@ -38,6 +38,8 @@ class JobRead(BaseModel):
     metadata: dict[str, Any]
     end_reason: str | None = Field(default=None, description="why the server ended the job (state `lost`); "
                                    "null when whoever ran it reported its end")
+    fingerprint: str | None = Field(default=None, description="the model's fingerprint (fleetprof/fingerprint.py): "
+                                    "shared by runs of the same model in other configurations; null: unknown")
 
 
 class JobList(BaseModel):

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetprof.api_models import CompareOut, JobList, JobRead
+from fleetprof.fingerprint import FINGERPRINT_PATTERN
 from fleetprof.jobid import job_path
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
@@ -87,10 +88,13 @@ def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
 def list_jobs(principal: JobReaderAuth, session: SessionDep, team: str | None = None,
               state: JobState | None = None, since: EpochQuery = None, until: EpochQuery = None,
               q: str | None = Query(None, max_length=200, description="search job_id or name"),
+              fingerprint: str | None = Query(None, pattern=FINGERPRINT_PATTERN,
+                                              description="runs of the same model: the report's "
+                                                          "fingerprint.fingerprint (20 hex characters)"),
               limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
     jobs, total = job_service.list_jobs(session, principal=principal, team=team, state=state,
                                         since=from_epoch(since), until=from_epoch(until), q=q, limit=limit,
-                                        offset=offset)
+                                        offset=offset, fingerprint=fingerprint)
     uuids = job_service.gpu_uuids_of(session, [j.id for j in jobs])
     now = time.time()
     return JobList(items=[job_service.to_read(j, uuids[j.id], now=now) for j in jobs], total=total, limit=limit,
