@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,6 +73,12 @@ def unwrap(module: Any) -> Any:
             return module
         module = inner
     return module
+
+
+def model_class(module: Any) -> str:
+    """module.qualname of the model's type (inside known wrappers), at most 500 characters."""
+    cls = type(unwrap(module))
+    return f"{cls.__module__}.{cls.__qualname__}"[:500]
 
 
 def _shape(param: Any) -> list[int]:
@@ -135,13 +141,3 @@ def precision_of(*, autocast_dtype: str | None, parameter_dtype: str | None) -> 
 _DTYPES: Final[dict[str, Precision]] = {
     "float32": "fp32", "float": "fp32", "fp32": "fp32", "float16": "fp16", "half": "fp16", "fp16": "fp16",
     "bfloat16": "bf16", "bf16": "bf16", "float64": "fp64", "double": "fp64", "fp64": "fp64"}
-
-
-# The estimator's optimizer names (server/estimate/schemas.py `Optimizer`) as the class names the hooks see.
-ESTIMATE_OPTIMIZER_CLASSES: Final = {"sgd": "SGD", "sgd_momentum": "SGD", "adam": "Adam", "adamw": "AdamW",
-                                     "adagrad": "Adagrad", "rmsprop": "RMSprop"}
-
-
-def optimizer_classes(names: Sequence[str]) -> list[str]:
-    """Optimizer names as class names: the estimator's (`adamw` -> `AdamW`) mapped, class names kept."""
-    return [ESTIMATE_OPTIMIZER_CLASSES.get(n, n) for n in names]

@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from agent.hooks.fingerprint import FRAMEWORK, ModelFingerprint
+from fleetprof.fingerprint import model_class
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,7 @@ class FrameworkInfo:
                 return
 
     def note_model(self, model: Any) -> None:
-        cls = type(model)
-        self._model_class = f"{cls.__module__}.{cls.__qualname__}"[:500]
+        self._model_class = model_class(model)
         params = list(model.parameters())
         self._parameter_count = sum(int(p.numel()) for p in params)
         if params:

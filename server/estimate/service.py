@@ -16,6 +16,7 @@ from server.analysis.planning.allocator import AllocatorStats, CachingAllocatorS
 from server.estimate.breakdown import classify, estimate_breakdown
 from server.estimate.calibration import calibration_for
 from server.estimate.errors import AbsurdRequestError, UnknownGpuError
+from server.estimate.fingerprint import estimate_fingerprint
 from server.estimate.meta_kernels import MetaKernels
 from server.estimate.models import ResolvedModel, resolve
 from server.estimate.roofline import EFFICIENCY, power_fraction, step_time
@@ -324,8 +325,11 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
     settings = step_settings(request, user_step)
     est = _Estimator(resolved, settings)
     st = est.trace(request.batch_size)
+    fingerprint = estimate_fingerprint(
+        est.resolved.build(torch.device("meta")), optimizer=request.optimizer if user_step is None else None,
+        precision=request.precision, batch_size=request.batch_size)
     if request.device == "cpu":
-        return _cpu_estimate(request, resolved, st, settings, started)
+        return _cpu_estimate(request, resolved, st, settings, started).model_copy(update={"fingerprint": fingerprint})
     base = est.replay(request.batch_size, 0, None).stats
     parts = classify(st.trace, st.origins)
 
@@ -392,6 +396,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
         bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
         gpus=results, breakdown=estimate_breakdown(parts, base), elapsed_s=time.monotonic() - started,
+        fingerprint=fingerprint,
         assumptions=ASSUMPTIONS if user_step is None else [
             *(a.format(name=user_step.name) for a in USER_STEP_ASSUMPTIONS), *ASSUMPTIONS[2:]],
     )
