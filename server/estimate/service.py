@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fleetprof.report import FingerprintSection
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
 from server.analysis.planning.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
 from server.estimate.breakdown import classify, estimate_breakdown
@@ -288,7 +289,7 @@ def step_settings(request: EstimateRequest, user_step: UserStep | None = None) -
 
 
 def _cpu_estimate(request: EstimateRequest, resolved: ResolvedModel, st: StepTrace, settings: StepSettings,
-                  started: float) -> EstimateResponse:
+                  started: float, fingerprint: FingerprintSection) -> EstimateResponse:
     """A plain CPU loop: no GPU, no allocator simulation, no batch search (no capacity to search against)."""
     _, op_start = st.marks["step1"]
     _, op_end = st.marks["end"]
@@ -307,7 +308,7 @@ def _cpu_estimate(request: EstimateRequest, resolved: ResolvedModel, st: StepTra
         gpus=[], breakdown=estimate_breakdown(
             classify(st.trace, st.origins), AllocatorStats(peak, peak, peak), context_bytes=0,
             context_source="device cpu: no CUDA context"),
-        assumptions=CPU_ASSUMPTIONS, elapsed_s=time.monotonic() - started,
+        assumptions=CPU_ASSUMPTIONS, elapsed_s=time.monotonic() - started, fingerprint=fingerprint,
     )
 
 
@@ -329,7 +330,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         est.resolved.build(torch.device("meta")), optimizer=request.optimizer if user_step is None else None,
         precision=request.precision, batch_size=request.batch_size)
     if request.device == "cpu":
-        return _cpu_estimate(request, resolved, st, settings, started).model_copy(update={"fingerprint": fingerprint})
+        return _cpu_estimate(request, resolved, st, settings, started, fingerprint)
     base = est.replay(request.batch_size, 0, None).stats
     parts = classify(st.trace, st.origins)
 

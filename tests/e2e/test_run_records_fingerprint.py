@@ -69,5 +69,31 @@ def test_runs_of_one_model_share_a_fingerprint_and_another_model_does_not(live_s
     assert b8["framework_version"] == section["fp-loader-b24"]["framework_version"] is not None
     assert section["fp-cnn"]["optimizers"] == ["SGD"] and section["fp-cnn"]["model_class"] == "__main__.SmallCNN"
 
+    # characterization across configurations: the three runs of the fingerprint, by batch size and precision
+    ch = _get(live_server, token, "/api/v1/jobs/characterization", fingerprint=fp)
+    assert ch.status_code == 200, ch.text
+    ch_doc = ch.json()
+    assert ch_doc["runs_total"] == 3 and ch_doc["model_class"] == "__main__.ConvNet"
+    assert sorted(ch_doc["axes_varied"]) == ["batch_size", "precision"]
+    confs = {(c["batch_size"], c["precision"]): c for c in ch_doc["configurations"]}
+    assert set(confs) == {(8, "fp32"), (24, "fp32"), (8, "amp_bf16")}
+    for c in confs.values():
+        assert c["gpu_type"] == "cpu" and c["gpu_count"] == 0 and c["runs"] == 1
+        assert c["samples_per_s"] > 0 and c["step_time_s"] > 0 and c["peak_memory_bytes"] > 0
+        assert c["cost_per_step_usd"] is None and c["energy_per_step_j"] is None  # a CPU: no price, no counter
+    by_axis = {f["axis"]: f for f in ch_doc["findings"]}
+    assert set(by_axis) == {"batch_size", "precision"}  # (24, fp32) vs (8, amp_bf16) differ in two axes
+    thr = next(r for r in by_axis["precision"]["ratios"] if r["figure"] == "samples_per_s")
+    assert thr["ratio"] == thr["value"] / thr["baseline"]
+    assert thr["baseline"] == confs[(8, "fp32")]["samples_per_s"] and thr["unit"] == "samples/s"
+    assert by_axis["precision"]["summary"].startswith("amp_bf16 vs fp32 (precision)")
+    chosen = _get(live_server, token, "/api/v1/jobs/characterization", ids="fp-loader-b8,fp-cnn").json()
+    assert chosen["fingerprint"] is None and any("fingerprints" in n for n in chosen["notes"])
+    assert _get(live_server, token, "/api/v1/jobs/characterization",
+                ids="fp-loader-b8,fp-loader-other-team").status_code == 404  # another team's job
+    assert _get(live_server, token, "/api/v1/jobs/characterization").status_code == 422
+    assert _get(live_server, token, "/api/v1/jobs/characterization", fingerprint=fp,
+                ids="fp-loader-b8,fp-cnn").status_code == 422
+
     # bad input: a clear 422, never a 500
     assert _get(live_server, token, "/api/v1/jobs", fingerprint="not-a-fingerprint").status_code == 422

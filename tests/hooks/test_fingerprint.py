@@ -10,16 +10,11 @@ from torch import nn
 
 from agent.hooks.fingerprint import ModelFingerprint
 from agent.hooks.framework_info import FrameworkInfo
-from fleetprof.fingerprint import (
-    describe_module,
-    fingerprint_id,
-    precision_of,
-    tree_hash,
-)
+from fleetprof.fingerprint import describe_module, fingerprint_id, precision_of, tree_hash
 from fleetprof.protocol import EventBatch
 from server.estimate.schemas import EstimateRequest
 from server.estimate.service import estimate
-from server.estimate.zoo import resnet_small, vgg_small
+from server.estimate.zoo import resnet_small
 from tests.hooks.conftest import Recorder, run_script
 
 
