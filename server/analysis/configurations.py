@@ -185,7 +185,7 @@ def _finding(axis: ConfigurationAxis, a: Mapping[str, Any], b: Mapping[str, Any]
                            "ratio": float(value) / float(base)})
     if not ratios:
         return None
-    same = {ax: a[ax] for ax in AXES if ax != axis}
+    same: dict[str, Any] = {ax: a[ax] for ax in AXES if ax != axis}
     context = _context(same)
     words = {f: w for f, _u, w in FINDING_FIGURES}
     said = ", ".join(f"{_times(r['ratio'])} {words[r['figure']]} ({r['unit']})" for r in ratios)
