@@ -111,4 +111,10 @@ def test_model_runs_grouped_and_characterized_in_the_browser(chrome, dashboard_u
     _wait(driver, "#characterization-findings", "batch 16 vs batch 8 (batch_size)")
     assert "samples/s" in driver.find_element(By.ID, "characterization-findings").text
     _wait(driver, "#characterization-samples_per_s .main-svg")
+
+    # a run's page names its fingerprint and links to the same view
+    driver.get(f"{dashboard_url}/jobs/bfp-cnn")
+    framework = _wait(driver, "#job-framework", "this model across configurations")
+    fp = framework.find_element(By.LINK_TEXT, "this model across configurations").get_attribute("href")
+    assert fp.split("fingerprint=")[1] in framework.text
     assert _console_errors(driver) == []
