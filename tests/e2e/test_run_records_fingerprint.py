@@ -69,6 +69,12 @@ def test_runs_of_one_model_share_a_fingerprint_and_another_model_does_not(live_s
     assert b8["framework_version"] == section["fp-loader-b24"]["framework_version"] is not None
     assert section["fp-cnn"]["optimizers"] == ["SGD"] and section["fp-cnn"]["model_class"] == "__main__.SmallCNN"
 
+    # the CLI's table shows the section
+    table = subprocess.run([*FLEETPROF, "report", "fp-loader-b8"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert "[fingerprint]" in table.stdout and fp in table.stdout
+
     # characterization across configurations: the three runs of the fingerprint, by batch size and precision
     ch = _get(live_server, token, "/api/v1/jobs/characterization", fingerprint=fp)
     assert ch.status_code == 200, ch.text
