@@ -3,6 +3,8 @@ module the estimator builds, so an estimate and the runs of that model share one
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from fleetprof.fingerprint import describe_module, fingerprint_id, model_class, tree_hash
@@ -16,10 +18,18 @@ def optimizer_class(name: str) -> str:
     return type(make_optimizer(name, [probe])).__name__
 
 
+log = logging.getLogger(__name__)
+
+
 def estimate_fingerprint(model: torch.nn.Module, *, optimizer: str | None, precision: str,
-                         batch_size: int) -> FingerprintSection:
-    """`optimizer`: the request's (None when a caller's own step chose its own: then the id is unknown)."""
-    tree = describe_module(model)
+                         batch_size: int) -> FingerprintSection | None:
+    """`optimizer`: the request's (None when a caller's own step chose its own: then the id is unknown). None when
+    the module cannot be described (e.g. a lazy module's parameter still uninitialized): the estimate goes on."""
+    try:
+        tree = describe_module(model)
+    except Exception:
+        log.warning("no fingerprint for %s", type(model).__qualname__, exc_info=True)
+        return None
     module_tree_hash = tree_hash(tree)
     optimizers = None if optimizer is None else [optimizer_class(optimizer)]
     return FingerprintSection(

@@ -289,7 +289,7 @@ def step_settings(request: EstimateRequest, user_step: UserStep | None = None) -
 
 
 def _cpu_estimate(request: EstimateRequest, resolved: ResolvedModel, st: StepTrace, settings: StepSettings,
-                  started: float, fingerprint: FingerprintSection) -> EstimateResponse:
+                  started: float, fingerprint: FingerprintSection | None) -> EstimateResponse:
     """A plain CPU loop: no GPU, no allocator simulation, no batch search (no capacity to search against)."""
     _, op_start = st.marks["step1"]
     _, op_end = st.marks["end"]

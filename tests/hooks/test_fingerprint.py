@@ -128,3 +128,14 @@ def test_model_fingerprint_of_fields() -> None:
     mf = ModelFingerprint.of(torch, _mlp(64))
     f = mf.fields(optimizers=["SGD"], autocast_dtype=None, parameter_dtype="float32")
     assert f["fingerprint"] == _fp(_mlp(64)) and len(f["module_tree_hash"]) == 64
+
+
+def test_estimator_goes_on_without_a_fingerprint_for_an_undescribable_module() -> None:
+    from server.estimate.fingerprint import estimate_fingerprint
+
+    lazy = nn.Sequential(nn.LazyLinear(4))  # its weight has no shape before a forward
+    assert estimate_fingerprint(lazy, optimizer="sgd", precision="fp32", batch_size=2) is None
+    lazy(torch.randn(2, 3))
+    section = estimate_fingerprint(lazy, optimizer="sgd", precision="fp32", batch_size=2)
+    assert section is not None and section.fingerprint == _fp(lazy, ["SGD"])
+    assert estimate_fingerprint(lazy, optimizer=None, precision="fp32", batch_size=2).fingerprint is None
