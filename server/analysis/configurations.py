@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from fleetprof.api_models import CharacterizationOut, ConfigurationAxis
+from fleetprof.fingerprint import precision_of
 from server.analysis.base.gpu_catalog import GpuModel, find_model
 from server.analysis.compare import run_row
 
@@ -64,7 +65,16 @@ def _framework(job: Mapping[str, Any], report: Mapping[str, Any]) -> str | None:
 
 
 def _precision(report: Mapping[str, Any]) -> str | None:
-    return _get(report, "fingerprint", "precision")
+    """The fingerprint section's precision; for a report without one, the framework section's dtype read by the
+    same rule (autocast's dtype, else the parameters')."""
+    found = _get(report, "fingerprint", "precision")
+    if found is not None:
+        return str(found)
+    dtype, source = _get(report, "framework", "precision"), _get(report, "framework", "precision_source")
+    if not isinstance(dtype, str):
+        return None
+    return precision_of(autocast_dtype=dtype if source == "autocast" else None,
+                        parameter_dtype=dtype if source != "autocast" else None)
 
 
 def _mfu(job: Mapping[str, Any], row: Mapping[str, Any], gpu: GpuModel | None,

@@ -116,3 +116,15 @@ def test_framework_versions_are_an_axis_and_mixed_fingerprints_are_noted() -> No
     assert f.axis == "framework" and (f.from_value, f.to_value) == ("pytorch 2.12.0", "pytorch 2.13.0")
     step = next(r for r in f.ratios if r.figure == "step_time_s")
     assert step.ratio == pytest.approx(0.25 / 0.3) and step.unit == "s"
+
+
+def test_precision_from_the_framework_section_when_no_fingerprint_section() -> None:
+    old = _run("old", gpu="T4", step_s=0.3, batch=32)
+    del old[1]["fingerprint"]
+    old[1]["framework"].update(precision="bfloat16", precision_source="autocast")
+    plain = _run("plain", gpu="T4", step_s=0.3, batch=32)
+    del plain[1]["fingerprint"]
+    plain[1]["framework"].update(precision="float32", precision_source="parameters")
+    rows = {r.job_id: r for r in characterize_configurations([old, plain], fingerprint=None).runs}
+    assert (rows["old"].precision, rows["plain"].precision) == ("amp_bf16", "fp32")
+    assert rows["old"].framework == "pytorch"  # the job's own framework field without a fingerprint section
