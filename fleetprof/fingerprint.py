@@ -11,7 +11,9 @@ the same `ModuleTree` from their layers) and by the estimator (server/estimate) 
 - `tree_hash(tree)`: sha256 over that description (types and shapes only). Parameter dtypes and buffers are left
   out: bf16 weights are a precision, and buffers such as attention masks may depend on the sequence length.
   Types are named by `__qualname__` without their module, so a class reads the same whether a script runs it as
-  `__main__` or the estimator imports it from its module.
+  `__main__` or the estimator imports it from its module; Hugging Face's per-implementation attention classes of
+  transformers 4.36-4.47 (`LlamaSdpaAttention`, `LlamaFlashAttention2`) read as the plain one (`LlamaAttention`,
+  the only class in later versions): the attention kernel is configuration, as the framework version is.
 - `fingerprint_id(tree_hash, optimizers)`: the job's fingerprint, the tree hash and the sorted optimizer class
   names. It leaves out, on purpose, every configuration axis runs are compared across: batch size, GPU type and
   count, precision (fp32/bf16/fp16/amp) and the framework's version. Two models of the same architecture at other
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
@@ -81,6 +84,14 @@ def model_class(module: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"[:500]
 
 
+_ATTENTION_IMPL = re.compile(r"(?:Sdpa|Flash)((?:Self)?Attention)2?$")
+
+
+def type_name(module: Any) -> str:
+    """The name a module's type has in the description (see the module docstring)."""
+    return _ATTENTION_IMPL.sub(r"\1", type(module).__qualname__)
+
+
 def _shape(param: Any) -> list[int]:
     return [int(d) for d in getattr(param, "shape", ())]
 
@@ -107,10 +118,10 @@ def describe_module(module: Any) -> ModuleTree:
                 for d in _shape(p):
                     n *= d
                 count += n
-        nodes.append(ModuleNode(path=path, type=type(mod).__qualname__, params=params))
+        nodes.append(ModuleNode(path=path, type=type_name(mod), params=params))
         children = [(f"{path}.{name}" if path else name, child) for name, child in mod.named_children()]
         stack.extend(reversed(children))  # depth first, in registration order
-    return ModuleTree(root_type=type(root).__qualname__, modules=nodes, parameter_count=count, truncated=truncated)
+    return ModuleTree(root_type=type_name(root), modules=nodes, parameter_count=count, truncated=truncated)
 
 
 def tree_hash(tree: ModuleTree) -> str:

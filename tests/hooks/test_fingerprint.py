@@ -139,3 +139,18 @@ def test_estimator_goes_on_without_a_fingerprint_for_an_undescribable_module() -
     section = estimate_fingerprint(lazy, optimizer="sgd", precision="fp32", batch_size=2)
     assert section is not None and section.fingerprint == _fp(lazy, ["SGD"])
     assert estimate_fingerprint(lazy, optimizer=None, precision="fp32", batch_size=2).fingerprint is None
+
+
+def test_attention_implementation_classes_read_as_the_plain_one() -> None:
+    """transformers 4.36-4.47 built LlamaSdpaAttention or LlamaFlashAttention2 by attn_implementation: the same
+    model's runs at another attention kernel (or transformers version) share the fingerprint."""
+    def model_with(attention: type) -> nn.Module:
+        return nn.Sequential(attention())
+
+    names = ("LlamaAttention", "LlamaSdpaAttention", "LlamaFlashAttention2")
+    kinds = [type(n, (nn.Module,), {"__init__": lambda self: (nn.Module.__init__(self), setattr(
+        self, "q_proj", nn.Linear(8, 8)))[0]}) for n in names]
+    assert len({_fp(model_with(k)) for k in kinds}) == 1
+    self_attn = [type(n, (nn.Linear,), {}) for n in ("BertSelfAttention", "BertSdpaSelfAttention")]
+    assert _fp(nn.Sequential(self_attn[0](4, 4))) == _fp(nn.Sequential(self_attn[1](4, 4)))
+    assert _fp(nn.Sequential(kinds[0]())) != _fp(nn.Sequential(type("LlamaMLP", (kinds[0],), {})()))
