@@ -137,6 +137,8 @@ class CompareRun(BaseModel):
     state: str | None
     gpu_name: str | None
     gpu_count: int | None
+    precision: str | None = Field(None, description="fp32, fp16, bf16, amp_fp16, amp_bf16; null: unknown")
+    fingerprint: str | None = Field(None, description="the model's fingerprint (report.fingerprint); null: unknown")
     duration_s: float | None
     peak_used_bytes: int | None
     peak_allocated_bytes: int | None

@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from fleetprof.api_models import CharacterizationOut, ConfigurationAxis
-from fleetprof.fingerprint import precision_of
 from server.analysis.base.gpu_catalog import GpuModel, find_model
 from server.analysis.compare import run_row
 
@@ -64,19 +63,6 @@ def _framework(job: Mapping[str, Any], report: Mapping[str, Any]) -> str | None:
     return job.get("framework")  # the job_start event's "pytorch 2.x"
 
 
-def _precision(report: Mapping[str, Any]) -> str | None:
-    """The fingerprint section's precision; for a report without one, the framework section's dtype read by the
-    same rule (autocast's dtype, else the parameters')."""
-    found = _get(report, "fingerprint", "precision")
-    if found is not None:
-        return str(found)
-    dtype, source = _get(report, "framework", "precision"), _get(report, "framework", "precision_source")
-    if not isinstance(dtype, str):
-        return None
-    return precision_of(autocast_dtype=dtype if source == "autocast" else None,
-                        parameter_dtype=dtype if source != "autocast" else None)
-
-
 def _mfu(job: Mapping[str, Any], row: Mapping[str, Any], gpu: GpuModel | None,
          precision: str | None) -> tuple[float | None, str | None]:
     """FLOPs per step per GPU from the job's stored estimate (scaled from its batch size to the run's) over the
@@ -114,7 +100,7 @@ def characterize_run(job: Mapping[str, Any], report: Mapping[str, Any], *,
     energy_cost = (per_step_j / J_PER_KWH * energy["pue"] * energy["price_per_kwh_usd"]
                    if per_step_j is not None and energy.get("pue") is not None
                    and energy.get("price_per_kwh_usd") is not None else None)
-    precision = _precision(report)
+    precision = row["precision"]
     mfu, mfu_source = _mfu(job, row, gpu, precision)
     return {
         "job_id": row["job_id"], "name": row["name"], "state": row["state"],

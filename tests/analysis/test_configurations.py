@@ -128,3 +128,20 @@ def test_precision_from_the_framework_section_when_no_fingerprint_section() -> N
     rows = {r.job_id: r for r in characterize_configurations([old, plain], fingerprint=None).runs}
     assert (rows["old"].precision, rows["plain"].precision) == ("amp_bf16", "fp32")
     assert rows["old"].framework == "pytorch"  # the job's own framework field without a fingerprint section
+
+
+def test_compare_rows_carry_precision_and_fingerprint() -> None:
+    """GET /jobs/compare's rows: the precision is a setup field, other fingerprints a finding."""
+    from server.analysis.compare import compare_runs
+
+    fp32 = _run("fp32", gpu="A100-80GB", step_s=0.2, batch=64, energy_per_step_j=60.0, peak=20 * GIB)
+    bf16 = _run("bf16", gpu="A100-80GB", step_s=0.12, batch=64, precision="amp_bf16", energy_per_step_j=33.0,
+                peak=14 * GIB)
+    bf16[0]["name"] = "renamed"
+    out = compare_runs([fp32, bf16])
+    assert [r.precision for r in out.jobs] == ["fp32", "amp_bf16"] and out.jobs[1].fingerprint == FP
+    assert out.jobs[1].differs_from_baseline == ["precision"]
+    assert not any("different names" in f for f in out.findings)  # one fingerprint: the same model
+    other = _run("other", gpu="A100-80GB", step_s=0.2, batch=64)
+    other[1]["fingerprint"]["fingerprint"] = "e" * 20
+    assert any("2 different model fingerprints" in f for f in compare_runs([fp32, other]).findings)
