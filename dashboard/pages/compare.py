@@ -100,8 +100,8 @@ def _realized_source(item: AppliedRecommendation) -> str:
 def compare_view(out: CompareOut) -> list[html.Section]:
     """The comparison as sections: runs, applied recommendations, findings (pure: data in, components out)."""
     runs = [[job_link(r.job_id), fmt.text(r.gpu_name), fmt.count(r.gpu_count, "GPUs"), fmt.count(r.batch_size),
-             fmt.seconds(r.step_time_p50_s), fmt.size(r.peak_reserved_bytes), fmt.by_key("energy_per_step_j",
-                                                                                         r.energy_per_step_j)]
+             fmt.text(r.precision), fmt.seconds(r.step_time_p50_s), fmt.size(r.peak_reserved_bytes),
+             fmt.by_key("energy_per_step_j", r.energy_per_step_j)]
             for r in out.jobs]
     applied = [[job_link(r.job_id), a.kind, fmt.text(a.setting),
                 job_link(a.from_job) if a.from_job else fmt.UNKNOWN,
@@ -111,8 +111,8 @@ def compare_view(out: CompareOut) -> list[html.Section]:
                 html.Span(_realized_source(a), className="muted")]
                for r in out.jobs for a in r.applied]
     return [
-        section("Runs", table(["job", "GPU", "count", "batch", "step time p50", "peak reserved", "energy per step"],
-                              runs, id="compare-runs")),
+        section("Runs", table(["job", "GPU", "count", "batch", "precision", "step time p50", "peak reserved",
+                               "energy per step"], runs, id="compare-runs")),
         section("Applied recommendations: predicted and realized saving",
                 table(["run", "kind", "setting", "from job", "predicted saving", "predicted by", "realized saving",
                        "measured from"], applied, id="compare-applied",
