@@ -292,6 +292,33 @@ def memory_breakdown_bar(breakdowns: Sequence[tuple[str, dict[str, Any] | None]]
     return fig
 
 
+# ------------------------------------------------------------------------------------ configurations (compare page)
+def configuration_label(c: Any) -> str:
+    """A configuration in a few words: "1x A100-80GB · batch 64 · amp_bf16 · pytorch 2.13.0" (unknown axes left
+    out)."""
+    gpu = (f"{c.gpu_count}x {c.gpu_type}" if c.gpu_count and c.gpu_type else
+           str(c.gpu_type) if c.gpu_type else f"{c.gpu_count} GPUs" if c.gpu_count is not None else None)
+    parts = [gpu, f"batch {c.batch_size}" if c.batch_size is not None else None, c.precision, c.framework]
+    return " · ".join(p for p in parts if p)
+
+
+def configuration_bars(configurations: Sequence[Any], *, figure: str, title: str, y_title: str,
+                       scale: float = 1.0) -> go.Figure:
+    """One bar per configuration (`Configuration` of fleetprof.api_models) of one figure (a field name, e.g.
+    `samples_per_s`), divided by `scale`; unknown values leave a gap and are named in the subtitle."""
+    labels = [configuration_label(c) for c in configurations]
+    values = [getattr(c, figure) for c in configurations]
+    if all(v is None for v in values):
+        return empty_figure(f"{figure}: unknown for every configuration", title=title)
+    unknown = [label for label, v in zip(labels, values, strict=True) if v is None]
+    runs = [c.runs for c in configurations]
+    fig = go.Figure(go.Bar(x=labels, y=_values(values, scale), customdata=runs,
+                           hovertemplate=f"%{{x}}<br>%{{y:.4g}} {y_title}<br>median of %{{customdata}} run(s)"
+                                         "<extra></extra>"))
+    return _layout(fig, title=title, y_title=y_title, date_x=False, height=340,
+                   subtitle=("unknown for " + ", ".join(unknown)) if unknown else None)
+
+
 # ------------------------------------------------------------------------------------------------ fleet page
 
 

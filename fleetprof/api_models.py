@@ -38,6 +38,8 @@ class JobRead(BaseModel):
     metadata: dict[str, Any]
     end_reason: str | None = Field(default=None, description="why the server ended the job (state `lost`); "
                                    "null when whoever ran it reported its end")
+    fingerprint: str | None = Field(default=None, description="the model's fingerprint (fleetprof/fingerprint.py): "
+                                    "shared by runs of the same model in other configurations; null: unknown")
 
 
 class JobList(BaseModel):
@@ -135,6 +137,8 @@ class CompareRun(BaseModel):
     state: str | None
     gpu_name: str | None
     gpu_count: int | None
+    precision: str | None = Field(None, description="fp32, fp16, bf16, amp_fp16, amp_bf16; null: unknown")
+    fingerprint: str | None = Field(None, description="the model's fingerprint (report.fingerprint); null: unknown")
     duration_s: float | None
     peak_used_bytes: int | None
     peak_allocated_bytes: int | None
@@ -173,6 +177,89 @@ class CompareOut(BaseModel):
     jobs: list[CompareRun]
     best: CompareBest
     findings: list[str]
+
+
+# --------------------------------------------------------------------- characterization across configurations (#21)
+ConfigurationAxis = Literal["gpu_type", "gpu_count", "batch_size", "precision", "framework"]
+
+
+class ConfigurationFigures(BaseModel):
+    """A run's (or a configuration's median) figures; null = unknown, never 0. Units in the names."""
+
+    step_time_s: float | None = Field(description="step time p50 (framework hooks)")
+    samples_per_s: float | None
+    peak_memory_bytes: int | None = Field(description="NVML peak device memory; on a CPU run the peak process RSS")
+    memory_total_bytes: int | None = Field(description="the device's memory (the host's on a CPU run)")
+    headroom_bytes: int | None = Field(description="memory_total_bytes - peak_memory_bytes")
+    energy_per_step_j: float | None
+    energy_per_sample_j: float | None
+    cost_per_step_usd: float | None = Field(description="catalogue price_per_hour_usd x GPU count x step time; null "
+                                                        "without a catalogue price (CPU runs, unknown GPUs)")
+    energy_cost_per_step_usd: float | None = Field(description="energy per step x PUE x the report's price per kWh")
+    gpu_util_mean_pct: float | None
+    mfu_fraction: float | None = Field(description="model FLOPs utilization: the job's stored estimate's FLOPs per "
+                                                   "step (scaled to its batch size) / step time / the GPU's catalogue "
+                                                   "peak at its precision; null without an estimate or a GPU")
+
+
+class ConfigurationRun(ConfigurationFigures):
+    job_id: str
+    name: str | None
+    state: str | None
+    gpu_type: str | None = Field(description="the GPU model; 'cpu' for a CPU-only run")
+    gpu_count: int | None
+    batch_size: int | None
+    precision: str | None = Field(description="fp32, fp16, bf16, amp_fp16, amp_bf16 (report.fingerprint)")
+    framework: str | None = Field(description="name and version, e.g. 'pytorch 2.13.0'")
+    energy_source: str | None
+    mfu_source: str | None
+
+
+class Configuration(ConfigurationFigures):
+    """The runs with one value on every axis; figures are the medians over those runs that know them."""
+
+    gpu_type: str | None
+    gpu_count: int | None
+    batch_size: int | None
+    precision: str | None
+    framework: str | None
+    runs: int
+    job_ids: list[str]
+
+
+class FindingRatio(BaseModel):
+    figure: str = Field(description="a ConfigurationFigures field, e.g. samples_per_s")
+    unit: str
+    baseline: float = Field(description="the figure in the `from` configuration")
+    value: float = Field(description="the figure in the `to` configuration")
+    ratio: float = Field(description="value / baseline")
+
+
+class ConfigurationFinding(BaseModel):
+    """Two configurations that differ in exactly one axis: what changing it did, as ratios with units."""
+
+    axis: ConfigurationAxis
+    from_value: str
+    to_value: str
+    same: dict[str, str | int | None] = Field(description="the other axes' shared values")
+    ratios: list[FindingRatio]
+    summary: str = Field(description='e.g. "amp_bf16 vs fp32 (precision) on 1x A100-80GB, batch 64, pytorch 2.13.0: '
+                                     '1.70x the throughput (samples/s), 0.55x the energy per sample (J/sample)"')
+
+
+class CharacterizationOut(BaseModel):
+    """GET /api/v1/jobs/characterization: the runs of one model (a fingerprint, or chosen job ids) across GPU types,
+    GPU counts, batch sizes, precisions and frameworks."""
+
+    fingerprint: str | None = Field(description="the fingerprint asked for, or the chosen runs' one when they share it")
+    model_class: str | None
+    parameter_count: int | None
+    runs_total: int = Field(description="runs of the fingerprint visible to this token")
+    runs: list[ConfigurationRun] = Field(description="newest first; at most `limit`")
+    configurations: list[Configuration]
+    axes_varied: list[ConfigurationAxis] = Field(description="the axes with more than one value among the runs")
+    findings: list[ConfigurationFinding]
+    notes: list[str]
 
 
 # ------------------------------------------------------------------------------------------- captures (issue #19)

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from fleetprof.api_models import Capture, CaptureList, CompareOut, ProjectionOut
+from fleetprof.api_models import Capture, CaptureList, CharacterizationOut, CompareOut, ProjectionOut
 from fleetprof.jobid import job_path
 from fleetprof.report import JobReport
 from fleetprof.settings import ClientSettings, connection, load_client_settings
@@ -262,10 +262,12 @@ class Client:
         return body
 
     def jobs(self, *, team: str | None = None, state: str | None = None, since: float | None = None,
-             until: float | None = None, q: str | None = None, limit: int = 50, offset: int = 0) -> Json:
-        """GET /api/v1/jobs: one page of jobs ({"items": [...], "total": n}), newest first."""
+             until: float | None = None, q: str | None = None, limit: int = 50, offset: int = 0,
+             fingerprint: str | None = None) -> Json:
+        """GET /api/v1/jobs: one page of jobs ({"items": [...], "total": n}), newest first; `fingerprint`: the
+        runs of one model."""
         body: Json = self.get_json(JOBS_PATH, team=team, state=state, since=since, until=until, q=q, limit=limit,
-                                   offset=offset)
+                                   offset=offset, fingerprint=fingerprint)
         return body
 
     def job(self, job_id: str) -> Json:
@@ -275,6 +277,13 @@ class Client:
     def compare(self, job_ids: list[str]) -> CompareOut:
         """GET /api/v1/jobs/compare: the runs side by side, the first the baseline, with what each applied."""
         return CompareOut.model_validate(self.get_json(f"{JOBS_PATH}/compare", ids=",".join(job_ids)))
+
+    def characterization(self, *, fingerprint: str | None = None, job_ids: list[str] | None = None,
+                         limit: int = 50) -> CharacterizationOut:
+        """GET /api/v1/jobs/characterization: one model across configurations, for a fingerprint or chosen runs."""
+        return CharacterizationOut.model_validate(self.get_json(
+            f"{JOBS_PATH}/characterization", fingerprint=fingerprint,
+            ids=",".join(job_ids) if job_ids is not None else None, limit=limit))
 
     def report(self, job_id: str, *, refresh: bool = False) -> JobReport:
         """The job's characterization, typed. `refresh` recomputes it now instead of a cached report."""

@@ -15,6 +15,7 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
 
 from fleetprof import jobid
+from fleetprof.fingerprint import FINGERPRINT_PATTERN, Precision
 
 PROTOCOL_VERSION: Final = 1
 SampleSource = Literal["nvml", "replay", "test"]  # where a sample batch comes from
@@ -263,6 +264,16 @@ class FrameworkInfoEvent(_EventBase):
     device_memory_source: Literal["cuda_device", "host_memory"] | None = None
     # The PYTORCH_CUDA_ALLOC_CONF the process runs with on CUDA ("" = PyTorch's defaults); null on a CPU-only run.
     cuda_alloc_conf: Annotated[str, Field(max_length=500)] | None = None
+    # The model's fingerprint (fleetprof/fingerprint.py, the one rule): framework-neutral, so any framework's
+    # hooks send the same fields. `fingerprint` is the same for every run of one model and optimizer whatever the
+    # batch size, GPU type and count, precision and framework version; the parts say what it was computed from.
+    fingerprint: Annotated[str, Field(pattern=FINGERPRINT_PATTERN)] | None = None
+    module_tree_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    module_count: NonNegInt | None = None
+    framework: Annotated[str, Field(max_length=50)] | None = None  # "pytorch", "keras", "jax"
+    framework_version: Annotated[str, Field(max_length=100)] | None = None
+    # fp32/fp16/bf16/fp64 (the parameters' dtype) or amp_fp16/amp_bf16 (autocast on): `precision` normalized.
+    precision_mode: Precision | None = None
 
 
 Event = Annotated[

@@ -295,6 +295,25 @@ class FrameworkSection(Section):
                           "a CPU-only run)")
 
 
+class FingerprintSection(Section):
+    """The model's fingerprint and the parts it was computed from (fleetprof/fingerprint.py, one rule for the hooks
+    and the estimator). `fingerprint` is shared by every run of the same model and optimizer, whatever its batch
+    size, GPU type and count, precision and framework version: those are the configuration, given beside it."""
+
+    fingerprint: str | None = Field(description="20 hex characters; GET /api/v1/jobs?fingerprint= lists its runs")
+    module_tree_hash: str | None = Field(description="sha256 of the module tree's types and parameter shapes")
+    module_count: int | None = Field(description="modules in the tree, the model itself included")
+    model_class: str | None = Field(description="module.qualname of the model")
+    parameter_count: int | None
+    optimizers: list[str] | None = Field(description="optimizer class names (part of the fingerprint)")
+    precision: str | None = Field(description="fp32, fp16, bf16, fp64, amp_fp16, amp_bf16 (configuration)")
+    batch_size: int | None = Field(description="the job's batch size (configuration)")
+    framework: str | None = Field(description="pytorch, keras, jax (configuration)")
+    framework_version: str | None = Field(description="configuration")
+    source: Literal["hooks", "estimate"] = Field(description="hooks: read inside the run; estimate: the estimator's "
+                                                             "model")
+
+
 # ------------------------------------------------------------------------------------------ recommendations
 class Recommendation(Section):
     kind: str = Field(description="gpu_type, gpu_count, batch_size, power_cap, memory, ...")
@@ -403,3 +422,5 @@ class JobReport(Section):
     framework: FrameworkSection | None = Field(None, description="the hooks' reading of the training process; "
                                                                  "null: no hooks")
     captures: CapturesSection | None = Field(None, description="live captures (issue #19); null: none requested")
+    fingerprint: FingerprintSection | None = Field(None, description="the model's fingerprint (issue #21); null: "
+                                                                     "no hooks, or hooks before fingerprints")

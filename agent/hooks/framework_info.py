@@ -19,6 +19,9 @@ import logging
 import os
 from typing import Any
 
+from agent.hooks.fingerprint import FRAMEWORK, ModelFingerprint
+from fleetprof.fingerprint import model_class
+
 log = logging.getLogger(__name__)
 
 
@@ -41,6 +44,7 @@ class FrameworkInfo:
         self._parameter_dtype: str | None = None
         self._autocast_dtype: str | None = None
         self._patched: tuple[Any, Any] | None = None  # (DataLoader class, its original __iter__)
+        self._fingerprint: ModelFingerprint | None = None
 
     # ------------------------------------------------------------------ what the Profiler feeds in
 
@@ -64,12 +68,16 @@ class FrameworkInfo:
                 return
 
     def note_model(self, model: Any) -> None:
-        cls = type(model)
-        self._model_class = f"{cls.__module__}.{cls.__qualname__}"[:500]
+        self._model_class = model_class(model)
         params = list(model.parameters())
         self._parameter_count = sum(int(p.numel()) for p in params)
         if params:
             self._parameter_dtype = str(params[0].dtype).removeprefix("torch.")
+        try:
+            self._fingerprint = ModelFingerprint.of(self._torch, model)
+        except Exception:  # a module the walk cannot read: no fingerprint, the rest still reports
+            log.warning("fleetprof hooks: no fingerprint for %s", self._model_class, exc_info=True)
+            self._fingerprint = None
 
     # ------------------------------------------------------------------ the DataLoader's batch_size
 
@@ -118,6 +126,12 @@ class FrameworkInfo:
             "parameter_count": self._parameter_count, "optimizers": list(self._optimizers) or None,
             "precision": precision, "precision_source": precision_source,
         }
+        if self._fingerprint is not None:
+            fields.update(self._fingerprint.fields(optimizers=list(self._optimizers),
+                                                   autocast_dtype=self._autocast_dtype,
+                                                   parameter_dtype=self._parameter_dtype))
+        else:
+            fields["framework"] = FRAMEWORK
         fields.update(self._device(cuda))
         if cuda:  # the allocator settings in force: a recommendation already applied is not made again
             fields["cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")[:500]

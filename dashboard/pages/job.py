@@ -29,7 +29,7 @@ from dashboard import data, figures
 from dashboard import format as fmt
 from dashboard.client import ApiError, gather
 from dashboard.components import by_suffix, client_for, error_box, kpi, section, table
-from dashboard.pages.compare import compare_href
+from dashboard.pages.compare import characterization_href, compare_href
 from dashboard.session import AuthStore
 from fleetprof.api_models import Capture, JobRead
 from fleetprof.jobid import job_id_problem
@@ -325,11 +325,15 @@ def framework_section(report: JobReport) -> html.Section | None:
              f"{fmt.count(fw.batch_size_observed)} from {fmt.text(fw.batch_size_observed_source)})")
     precision = f"{fmt.text(fw.precision)} ({fmt.text(fw.precision_source)})"
     device = f"{fmt.text(fw.device)}: {fmt.gib(fw.device_memory_total_bytes)} ({fmt.text(fw.device_memory_source)})"
+    fp = report.fingerprint
+    model: Any = fmt.UNKNOWN if fp is None or fp.fingerprint is None else html.Span([
+        f"{fp.fingerprint} ({fmt.text(fp.framework)} {fmt.text(fp.framework_version)}, {fmt.text(fp.precision)}) ",
+        dcc.Link("this model across configurations", href=characterization_href(fp.fingerprint))])
     rows = [[batch, fmt.text(fw.model_class), fmt.count(fw.parameter_count, "parameters"),
-             ", ".join(fw.optimizers or []) or fmt.UNKNOWN, precision, device]]
+             ", ".join(fw.optimizers or []) or fmt.UNKNOWN, precision, device, model]]
     return section("Training process (framework hooks)",
-                   table(["batch size (source)", "model", "parameters", "optimizers", "precision", "device memory"],
-                         rows, id="job-framework"))
+                   table(["batch size (source)", "model", "parameters", "optimizers", "precision", "device memory",
+                          "fingerprint"], rows, id="job-framework"))
 
 
 def gpus_section(report: JobReport) -> html.Section:

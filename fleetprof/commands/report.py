@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
 
 
-SECTIONS = ("memory", "time", "utilization", "energy", "optimization")
+SECTIONS = ("memory", "time", "utilization", "energy", "optimization", "fingerprint")
 def format_table(report: dict[str, Any]) -> str:
     """The report for a terminal: every figure with its unit and, in brackets, where it came from."""
     sources = report.get("sources") or {}

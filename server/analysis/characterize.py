@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetprof.report import FrameworkSection, GpuReport, JobReport, Sources, UtilizationSection
+from fleetprof.report import FingerprintSection, FrameworkSection, GpuReport, JobReport, Sources, UtilizationSection
 from server.analysis.base.jobdata import GpuSeries, JobData, jsonable
 from server.analysis.energy import accounting as energy_mod
 from server.analysis.energy.power_limit import gpu_setting
@@ -117,6 +117,9 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     view["rightsizing_inputs"] = jsonable(rightsizing.inputs_from_report(view, job))
     fw_section = framework_section(job.framework)
     framework: dict[str, Any] = {} if fw_section is None else {"framework": fw_section}  # unset without hooks
+    fp_section = fingerprint_section(job.framework, batch_size=job.batch_size)
+    if fp_section is not None:
+        framework["fingerprint"] = fp_section
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
                      sources=Sources.model_validate(sources), **framework,
                      rightsizing_inputs=view["rightsizing_inputs"],
@@ -134,6 +137,19 @@ def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:
         precision=info.get("precision"), precision_source=info.get("precision_source"), device=info.get("device"),
         device_memory_total_bytes=info.get("device_memory_total_bytes"),
         device_memory_source=info.get("device_memory_source"), cuda_alloc_conf=info.get("cuda_alloc_conf"))
+
+
+def fingerprint_section(info: dict[str, Any] | None, *, batch_size: int | None) -> FingerprintSection | None:
+    """The report's `fingerprint` section from the hooks' framework_info; None when they sent no fingerprint."""
+    if info is None or info.get("fingerprint") is None:
+        return None
+    return FingerprintSection(
+        fingerprint=info["fingerprint"], module_tree_hash=info.get("module_tree_hash"),
+        module_count=info.get("module_count"), model_class=info.get("model_class"),
+        parameter_count=info.get("parameter_count"), optimizers=info.get("optimizers"),
+        precision=info.get("precision_mode"), batch_size=batch_size if batch_size is not None else
+        info.get("batch_size"), framework=info.get("framework"), framework_version=info.get("framework_version"),
+        source="hooks")
 
 
 def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:

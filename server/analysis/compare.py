@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleetprof.api_models import CompareOut
+from fleetprof.fingerprint import precision_of
 
 GIB = 2**30
 # Ratios within this fraction of 1 read as "the same" in the findings (the ratios themselves stay exact).
@@ -29,7 +30,7 @@ RATIO_FIGURES = (
     ("duration_ratio", "duration_s"),
 )
 # What may differ between runs of one model: named in the findings and in `differs_from_baseline`.
-SETUP_FIELDS = ("gpu_name", "gpu_count", "framework", "batch_size")
+SETUP_FIELDS = ("gpu_name", "gpu_count", "framework", "batch_size", "precision")
 
 
 def _get(doc: Mapping[str, Any] | None, *path: str) -> Any:
@@ -103,6 +104,19 @@ def _applied_finding(job_id: str, item: Mapping[str, Any]) -> str:
     return text
 
 
+def run_precision(report: Mapping[str, Any]) -> str | None:
+    """fp32, fp16, bf16, amp_fp16, amp_bf16: the fingerprint section's; for a report without one (hooks before
+    fingerprints), the framework section's dtype read by the same rule (autocast's dtype, else the parameters')."""
+    found = _get(report, "fingerprint", "precision")
+    if found is not None:
+        return str(found)
+    dtype, source = _get(report, "framework", "precision"), _get(report, "framework", "precision_source")
+    if not isinstance(dtype, str):
+        return None
+    return precision_of(autocast_dtype=dtype if source == "autocast" else None,
+                        parameter_dtype=dtype if source != "autocast" else None)
+
+
 def run_row(job: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
     """One run's figures. `job`: job_id, name, team, framework, batch_size, state (the job's current metadata);
     `report`: its characterization. Unknown stays None."""
@@ -119,6 +133,8 @@ def run_row(job: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]
         "state": job.get("state", report.get("state")),
         "gpu_name": gpu_name,
         "gpu_count": gpu_count,
+        "precision": run_precision(report),
+        "fingerprint": _get(report, "fingerprint", "fingerprint"),
         "duration_s": report.get("duration_s"),
         "peak_used_bytes": memory.get("peak_used_bytes"),
         "peak_allocated_bytes": memory.get("peak_allocated_bytes"),
@@ -157,6 +173,8 @@ def _setup(row: Mapping[str, Any]) -> str:
         parts.append(row["framework"])
     if row["batch_size"]:
         parts.append(f"batch {row['batch_size']}")
+    if row["precision"]:
+        parts.append(str(row["precision"]))
     return ", ".join(parts)
 
 
@@ -226,7 +244,11 @@ def compare_runs(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) ->
         row["applied"] = _applied(row, job.get("applied"), rows)
         findings.extend(_applied_finding(row["job_id"], item) for item in row["applied"])
     names = sorted({str(r["name"]) for r in rows if r["name"] is not None})
-    if len(names) > 1:
+    fingerprints = {r["fingerprint"] for r in rows if r["fingerprint"] is not None}
+    if len(fingerprints) > 1:
+        findings.append(f"the runs have {len(fingerprints)} different model fingerprints: they do not train the "
+                        "same model (or optimizer)")
+    elif len(names) > 1 and not (fingerprints and all(r["fingerprint"] for r in rows)):  # one fingerprint: same model
         findings.append(f"the runs have different names ({', '.join(names)}): check that they train the same model")
     unknown = [r["job_id"] for r in rows if r["step_time_p50_s"] is None]
     if unknown:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fleetprof.report import MemoryBreakdown
+from fleetprof.report import FingerprintSection, MemoryBreakdown
 
 MAX_BATCH_SIZE = 10_000_000  # beyond this a request is refused as absurd, not traced
 
@@ -139,3 +139,6 @@ class EstimateResponse(BaseModel):
         None, description="tensor memory at the peak by what holds it, without a GPU's context and cuBLAS workspace")
     assumptions: list[str]
     elapsed_s: float
+    fingerprint: FingerprintSection | None = Field(
+        None, description="the model's fingerprint, by the same rule as the training hooks: runs of this model with "
+                          "this optimizer share it (GET /api/v1/jobs?fingerprint=); null id with a step of your own")

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
+from fleetprof.report import FingerprintSection
 from server.analysis.base.gpu_catalog import GpuModel, find_model, load_catalog
 from server.analysis.planning.allocator import AllocatorStats, CachingAllocatorSim, SimulatedOutOfMemory
 from server.estimate.breakdown import classify, estimate_breakdown
 from server.estimate.calibration import calibration_for
 from server.estimate.errors import AbsurdRequestError, UnknownGpuError
+from server.estimate.fingerprint import estimate_fingerprint
 from server.estimate.meta_kernels import MetaKernels
 from server.estimate.models import ResolvedModel, resolve
 from server.estimate.roofline import EFFICIENCY, power_fraction, step_time
@@ -287,7 +289,7 @@ def step_settings(request: EstimateRequest, user_step: UserStep | None = None) -
 
 
 def _cpu_estimate(request: EstimateRequest, resolved: ResolvedModel, st: StepTrace, settings: StepSettings,
-                  started: float) -> EstimateResponse:
+                  started: float, fingerprint: FingerprintSection | None) -> EstimateResponse:
     """A plain CPU loop: no GPU, no allocator simulation, no batch search (no capacity to search against)."""
     _, op_start = st.marks["step1"]
     _, op_end = st.marks["end"]
@@ -306,7 +308,7 @@ def _cpu_estimate(request: EstimateRequest, resolved: ResolvedModel, st: StepTra
         gpus=[], breakdown=estimate_breakdown(
             classify(st.trace, st.origins), AllocatorStats(peak, peak, peak), context_bytes=0,
             context_source="device cpu: no CUDA context"),
-        assumptions=CPU_ASSUMPTIONS, elapsed_s=time.monotonic() - started,
+        assumptions=CPU_ASSUMPTIONS, elapsed_s=time.monotonic() - started, fingerprint=fingerprint,
     )
 
 
@@ -324,8 +326,11 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
     settings = step_settings(request, user_step)
     est = _Estimator(resolved, settings)
     st = est.trace(request.batch_size)
+    fingerprint = estimate_fingerprint(
+        est.resolved.build(torch.device("meta")), optimizer=request.optimizer if user_step is None else None,
+        precision=request.precision, batch_size=request.batch_size)
     if request.device == "cpu":
-        return _cpu_estimate(request, resolved, st, settings, started)
+        return _cpu_estimate(request, resolved, st, settings, started, fingerprint)
     base = est.replay(request.batch_size, 0, None).stats
     parts = classify(st.trace, st.origins)
 
@@ -392,6 +397,7 @@ def estimate(request: EstimateRequest, *, search_budget_s: float = 30.0,
         flops_per_step=sum(o.flops for o in fwd_bwd) * micro_scale + sum(o.flops for o in opt_ops),
         bytes_moved_per_step=sum(o.bytes for o in fwd_bwd) * micro_scale + sum(o.bytes for o in opt_ops),
         gpus=results, breakdown=estimate_breakdown(parts, base), elapsed_s=time.monotonic() - started,
+        fingerprint=fingerprint,
         assumptions=ASSUMPTIONS if user_step is None else [
             *(a.format(name=user_step.name) for a in USER_STEP_ASSUMPTIONS), *ASSUMPTIONS[2:]],
     )

@@ -1,4 +1,5 @@
-"""The hooks' `framework_info` event on a job: kept in `job.extra["framework"]`, and the job's batch size filled.
+"""The hooks' `framework_info` event on a job: kept in `job.extra["framework"]`, the job's batch size and
+fingerprint (`jobs.fingerprint`, indexed) filled.
 
 Batch-size precedence: a batch size the job was registered with (`POST /jobs` `batch_size`, `fleetprof run
 --batch-size`) is the job's own word and is kept; otherwise the hooks' reading fills `jobs.batch_size`, and
@@ -30,6 +31,8 @@ def note_framework_info(job: Job, event: FrameworkInfoEvent) -> None:
     if event.batch_size is not None and (job.batch_size is None or filled_by_hooks):
         job.batch_size = event.batch_size
         extra[BATCH_SIZE_SOURCE_KEY] = f"{HOOKS_PREFIX}{event.batch_size_source or 'unknown'}"
+    if event.fingerprint is not None:  # the latest rank-0 reading (an optimizer seen later may change it)
+        job.fingerprint = event.fingerprint
     job.extra = extra
 
 

@@ -12,12 +12,14 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fleetprof.api_models import CompareOut, JobList, JobRead, ProjectionOut
+from fleetprof.api_models import CharacterizationOut, CompareOut, JobList, JobRead, ProjectionOut
+from fleetprof.fingerprint import FINGERPRINT_PATTERN
 from fleetprof.jobid import job_path
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
+from server.analysis.configurations import characterize_configurations
 from server.analysis.fleet.rightsizing import rightsize
 from server.config import ServerSettings
 from server.db import read_in_parallel
@@ -88,10 +90,13 @@ def register_job(data: JobCreate, principal: PrincipalDep, session: SessionDep,
 def list_jobs(principal: JobReaderAuth, session: SessionDep, team: str | None = None,
               state: JobState | None = None, since: EpochQuery = None, until: EpochQuery = None,
               q: str | None = Query(None, max_length=200, description="search job_id or name"),
+              fingerprint: str | None = Query(None, pattern=FINGERPRINT_PATTERN,
+                                              description="runs of the same model: the report's "
+                                                          "fingerprint.fingerprint (20 hex characters)"),
               limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
     jobs, total = job_service.list_jobs(session, principal=principal, team=team, state=state,
                                         since=from_epoch(since), until=from_epoch(until), q=q, limit=limit,
-                                        offset=offset)
+                                        offset=offset, fingerprint=fingerprint)
     uuids = job_service.gpu_uuids_of(session, [j.id for j in jobs])
     now = time.time()
     return JobList(items=[job_service.to_read(j, uuids[j.id], now=now) for j in jobs], total=total, limit=limit,
@@ -124,6 +129,36 @@ def compare_jobs(principal: JobReaderAuth, session: SessionDep, settings: Settin
              report_store.get_report(session, j, settings))
             for j in jobs]
     return compare_runs(runs)
+
+
+CHARACTERIZATION_MAX = 100
+
+
+# Declared before JOB, like /compare.
+@router.get("/characterization", response_model=CharacterizationOut, responses={**JOB_NOT_FOUND, 422: {}},
+            summary="One model across configurations (GPU type and count, batch size, precision, framework): "
+                    "the runs of a fingerprint, or chosen job ids, with findings")
+def characterize_fingerprint(principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+                             fingerprint: str | None = Query(None, pattern=FINGERPRINT_PATTERN,
+                                                             description="the runs of this fingerprint visible to "
+                                                                         "the token, newest first"),
+                             ids: str | None = Query(None, max_length=20 * 201,
+                                                     description="or 2 to 20 comma-separated job ids"),
+                             limit: int = Query(50, ge=1, le=CHARACTERIZATION_MAX,
+                                                description="at most this many runs (newest first)"),
+                             ) -> CharacterizationOut:
+    if (fingerprint is None) == (ids is None):
+        raise InvalidInput("give exactly one of fingerprint= or ids=")
+    if ids is not None:
+        jobs = job_service.get_visible_jobs(session, job_ids=parse_compare_ids(ids), principal=principal)
+        total = len(jobs)
+    else:
+        jobs, total = job_service.list_jobs(session, principal=principal, team=None, state=None, since=None,
+                                            until=None, q=None, limit=limit, offset=0, fingerprint=fingerprint)
+    runs = [({"job_id": j.job_id, "name": j.name, "framework": j.framework, "batch_size": j.batch_size,
+              "state": j.state, "metadata": j.extra or {}}, report_store.get_report(session, j, settings))
+            for j in jobs]
+    return characterize_configurations(runs, fingerprint=fingerprint, runs_total=total)
 
 
 @router.get(JOB, response_model=JobRead, responses=JOB_NOT_FOUND, summary="A job's metadata and state")

@@ -248,13 +248,16 @@ def to_read(job: Job, gpu_uuids: list[str], *, now: float | None = None) -> JobR
         created_at=job.created_at.timestamp(), updated_at=job.updated_at.timestamp(), started_at=started,
         ended_at=ended, duration_s=None if started is None else max(0.0, end_or_now - started),
         gpu_uuids=gpu_uuids, metadata=job.extra or {}, end_reason=(job.extra or {}).get(END_REASON),
+        fingerprint=job.fingerprint,
     )
 
 
 def list_jobs(session: Session, *, principal: Principal, team: str | None, state: str | None,
               since: datetime | None, until: datetime | None, q: str | None, limit: int,
-              offset: int) -> tuple[list[Job], int]:
+              offset: int, fingerprint: str | None = None) -> tuple[list[Job], int]:
     stmt = select(Job)
+    if fingerprint is not None:
+        stmt = stmt.where(Job.fingerprint == fingerprint)
     if principal.scope == "team":
         if team is not None and team != principal.team:
             return [], 0

@@ -17,10 +17,11 @@ TERMINAL_STATES = frozenset({"finished", "failed", "killed", "oom", "lost"})
 class Job(Base):
     __tablename__ = "jobs"
     # ix_jobs_name_team_started: the runs of one recurring job (right-sizing history) without scanning the team's.
+    # ix_jobs_fingerprint: the runs of one model (GET /jobs?fingerprint=, the characterization across configurations).
     # ix_jobs_ended_at: the jobs running or ended since T (fleet summary, headroom, rollup job windows).
     __table_args__ = (Index("ix_jobs_team_started", "team", "started_at"), Index("ix_jobs_state", "state"),
                       Index("ix_jobs_name_team_started", "name", "team", "started_at"),
-                      Index("ix_jobs_ended_at", "ended_at"))
+                      Index("ix_jobs_ended_at", "ended_at"), Index("ix_jobs_fingerprint", "fingerprint"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     # Chosen by users or schedulers; the public identifier in every path.
@@ -42,3 +43,5 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     extra: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    # The model's fingerprint (fleetprof/fingerprint.py), from the hooks' framework_info event; null without one.
+    fingerprint: Mapped[str | None] = mapped_column(String(64))

@@ -28,6 +28,7 @@ RERUN_OF = {"alpha": "job-alpha-2", "beta": "job-beta-2"}  # a second run per te
 MARKER = {"alpha": "alpha-confidential-7f3a", "beta": "beta-confidential-c91e"}
 NODE, OTHER_NODE = "node-x", "node-y"
 GPU_OF = {"alpha": f"GPU-{NODE}-0", "beta": f"GPU-{NODE}-1"}  # attributed to the team's job by NODE's agent
+SHARED_FINGERPRINT = "ab" * 10  # both teams' jobs train the same model (framework_info events)
 OTHER_NODE_JOB = "job-beta-y"  # beta's job on OTHER_NODE, whose GPU-node-y-0 that node's agent attributed to it
 
 PUBLIC = "public"           # anyone, token or not
@@ -56,6 +57,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs"): Rule(("team", "agent"), team_bound=True, node_bound=True),
     ("GET", "/api/v1/jobs"): Rule(JOB_READ),
     ("GET", "/api/v1/jobs/compare"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/jobs/characterization"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/report"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/timeseries"): Rule(JOB_READ, team_bound=True),
@@ -144,12 +146,18 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
         out.append(Call(method, template))
         out.append(Call(method, template, params={"team": "beta"}))
         out.append(Call(method, template, params={"team": "alpha"}))
+        out.append(Call(method, template, params={"fingerprint": SHARED_FINGERPRINT}))
     elif template == "/api/v1/rightsizing":  # by recurring job name: the teams' jobs are named by their MARKER
         for team in teams:
             out.append(Call(method, template, params={"name": MARKER[team], "team": team}, job_team=team))
     elif template == "/api/v1/jobs/compare":
         for team in teams:
             out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))
+    elif template == "/api/v1/jobs/characterization":
+        for team in teams:
+            out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))
+        # both teams' jobs share the fingerprint (seeded): each team reads its own runs only
+        out.append(Call(method, template, params={"fingerprint": SHARED_FINGERPRINT}))
     elif "{job_id}" in template:
         if template.endswith("/traces"):
             out.append(Call(method, template.replace("{job_id}", OTHER_NODE_JOB), content=KINETO, job_team="beta",
@@ -231,6 +239,11 @@ def seeded(api, make_token):
             "started_at": now - 120, "metadata": {"secret": MARKER[team]}})
         assert r.status_code == 200, r.text
         r = api.post(f"/api/v1/jobs/{JOB_OF[team]}/traces", content=KINETO, headers=auth(tokens[scope]))
+        assert r.status_code == 200, r.text
+        r = api.post("/api/v1/ingest/events", headers=auth(tokens[scope]), json={
+            "protocol_version": PROTOCOL_VERSION, "source_id": f"seed-{team}", "seq": 1, "sent_at": now, "events": [
+                {"kind": "framework_info", "job_id": JOB_OF[team], "ts": now - 60, "fingerprint": SHARED_FINGERPRINT,
+                 "model_class": f"m.{MARKER[team]}"}]})
         assert r.status_code == 200, r.text
         r = api.post("/api/v1/jobs", headers=auth(tokens[scope]), json={
             "job_id": RERUN_OF[team], "team": team, "name": MARKER[team], "node": NODE, "state": "finished",
