@@ -96,6 +96,13 @@ def _config(agent: str, collectors: list[str]) -> str:
             f"    static_configs:\n      - targets: ['{collectors[0]}']\n")
 
 
+def _refused_requests(url: str, stop: threading.Event) -> None:
+    """The second replica answers requests too: a refused token every half second, so the latency panel's rate()
+    over its window always holds some 401s (one request before the first scrape never shows in a rate)."""
+    while not stop.wait(0.5):
+        assert httpx.get(url + "/api/v1/nodes", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
 @pytest.fixture
 def fleet(cli_env, make_token, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:  # type: ignore[no-untyped-def]
     """Two collector replicas, an agent shipping to the first and exporting its GPUs, and Prometheus scraping all."""
@@ -110,13 +117,12 @@ def fleet(cli_env, make_token, tmp_path: Path) -> Iterator[tuple[str, list[str]]
         assert agent.metrics is not None
         fake.xid(0, 79)
         stop = threading.Event()
-        threads = [threading.Thread(target=agent.run, args=(stop,)), threading.Thread(target=_run_energy,
-                                                                                        args=(fake, stop))]
+        threads = [threading.Thread(target=agent.run, args=(stop,)),
+                   threading.Thread(target=_run_energy, args=(fake, stop)),
+                   threading.Thread(target=_refused_requests, args=(urls[1], stop))]
         for t in threads:
             t.start()
         try:
-            # the second replica answers requests too: a dashboard reading, and a refused token
-            assert httpx.get(urls[1] + "/api/v1/nodes", headers={"Authorization": "Bearer nope"}).status_code == 401
             collectors = [u.removeprefix("http://") for u in urls]
             prom = stack.enter_context(prometheus(_config(f"127.0.0.1:{agent.metrics.port}", collectors), tmp_path))
             wait_query(prom, "up", lambda r: len(r) == 4 and all(s["value"][1] == "1" for s in r))
