@@ -176,7 +176,10 @@ class JobRunner:
             "job_id": job_id, "team": team, "name": name or os.path.basename(command[0]),
             "command": shlex.join(command), "host": socket.gethostname(), "user": _user(),
             "state": "running", "started_at": time.time(), "gpu_uuids": gpus_from_cuda_visible_devices(cuda),
-            "cuda_visible_devices": cuda, "framework": "pytorch" if hooks and self._child_env else None,
+            "cuda_visible_devices": cuda,
+            # The framework is the hooks' word (their job_start: "pytorch 2.x", "keras 3.x (jax backend)", "jax
+            # 0.x"); a program that imports none of them has none (unknown, not "pytorch").
+            "framework": None,
             # --batch-size: the job's own word, which the hooks' reading does not replace (server.jobs.framework_info)
             "batch_size": batch_size, "metadata": metadata or None,
         }

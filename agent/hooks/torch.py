@@ -50,7 +50,7 @@ from agent.hooks.alloc_trace import AllocTracer
 from agent.hooks.capture import CaptureManager
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
-from agent.hooks.events import EventFactory
+from agent.hooks.events import EventFactory, sample_count
 from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, StepMemory
@@ -172,6 +172,18 @@ class Profiler:
         self._info.unpatch_dataloader()
         self.enabled = False
         self.sender.close(timeout_s)
+
+    def stand_down(self) -> EventSender:
+        """Another framework's hooks take this process over (Keras on the torch backend, imported after torch):
+        remove every hook, take no more steps, and hand over the sender (its queue and sequence go on)."""
+        self._remove_module_hooks()
+        if self._opt_handle is not None:
+            self._opt_handle.remove()
+            self._opt_handle = None
+        self._info.unpatch_dataloader()
+        self.enabled = False
+        self._discovery.active = False
+        return self.sender
 
     def _remove_module_hooks(self) -> None:
         self._discovery.remove_hooks()
@@ -367,17 +379,6 @@ class Profiler:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def sample_count(value: Any) -> int | None:
-    """A caller's `step(samples=...)` as a plain int (numpy and torch integers too: the wire protocol takes JSON
-    integers only and would drop the step's event); anything else (a float, a bool) is unknown."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
 
 
 def batch_size_of(args: Any, kwargs: Any) -> int | None:
