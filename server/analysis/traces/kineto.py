@@ -39,6 +39,7 @@ import numpy as np
 from server.analysis.base.downsample import minmax_indices
 from server.analysis.base.jobdata import jsonable
 from server.analysis.traces.reader import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
+from server.analysis.traces.tf_trace import ScopeTime, TfTraceReader
 
 __all__ = [
     "DeviceInfo",
@@ -170,6 +171,10 @@ class TraceSummary:
     peak_reserved_bytes: int | None
     counts: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    # "kineto" (PyTorch profiler) or "tensorflow" (TF profiler trace viewer JSON: `tf_trace`)
+    format: str = "kineto"
+    # TF traces only: op time per model/layer graph scope over the profiled steps (tf_trace.layer_scope)
+    scopes: list[ScopeTime] = field(default_factory=list)
 
     @property
     def step_time_mean_us(self) -> float | None:
@@ -215,10 +220,20 @@ class _Accumulator:
         self.mem: dict[tuple[int, int], tuple[array, array, array, array, array]] = {}
         self.counts: Counter[str] = Counter()
         self.float_ts = False  # HTA rounds every timestamp when the `ts` column is float
+        self.tf = TfTraceReader()  # a TensorFlow profiler trace, once its metadata says so
 
     def add(self, ev: dict[str, Any]) -> None:
         counts = self.counts
         counts["events"] += 1
+        tf = self.tf
+        if ev.get("ph") == "M":
+            tf.note_metadata(ev)
+            return
+        if tf.active:
+            normalized = tf.normalize(ev)
+            if normalized is None:
+                return
+            ev = normalized
         name = ev.get("name")
         ts = ev.get("ts")
         if ts is None or isinstance(ts, float):
@@ -404,7 +419,10 @@ def _finish(acc: _Accumulator, header: dict[str, Any], trace_bytes: int) -> Trac
         )
         for name, s in top
     ]
-    steps = [StepTime(step=k, start_us=v[0], duration_us=v[1]) for k, v in sorted(acc.steps.items())]
+    step_spans = acc.tf.steps() if acc.tf.active else acc.steps
+    steps = [StepTime(step=k, start_us=v[0], duration_us=v[1]) for k, v in sorted(step_spans.items())]
+    if acc.tf.active:
+        notes.append("TensorFlow profiler trace: steps are the profiler's step groups (group_id), numbered from 0")
     memory = _memory_timelines(acc, notes)
     gpu_mem = [m for m in memory if m.device.startswith("cuda")]
     peak_alloc = max((m.peak_allocated_bytes for m in gpu_mem), default=None)
@@ -429,6 +447,8 @@ def _finish(acc: _Accumulator, header: dict[str, Any], trace_bytes: int) -> Trac
         peak_reserved_bytes=max(reserved) if reserved else None,
         counts=counts,
         notes=notes,
+        format="tensorflow" if acc.tf.active else "kineto",
+        scopes=acc.tf.scopes() if acc.tf.active else [],
     )
 
 
@@ -594,6 +614,9 @@ def combine_ranks(summaries: Iterable[TraceSummary | Mapping[str, Any]]) -> dict
                 "step_time_mean_us": steps_us.get("mean"),
                 "peak_allocated_bytes": s.get("peak_allocated_bytes"),
                 "peak_reserved_bytes": s.get("peak_reserved_bytes"),
+                # which profiler wrote the trace, and (TensorFlow) op time per model/layer scope
+                "format": s.get("format") or "kineto",
+                "scopes": s.get("scopes") or [],
             }
         )
     with_gpu = [r for r in rows if r["span_us"]]
