@@ -8,7 +8,8 @@ framework_info), with `framework` = "keras <version> (<backend> backend)".
 Step rule (documented contract):
   * One step per train batch, which is one optimizer step (`on_train_batch_end`). With `steps_per_execution=k`
     Keras calls the batch callbacks once per k batches: those k steps are sent, each with 1/k of the execution's
-    time (averaged, since no clock sees the batches inside one execution).
+    time (averaged, since no clock sees the batches inside one execution); an epoch's last execution counts the
+    batches left (the epoch's size from the data adapter; unknown size: k).
   * A step's wall time runs from the previous step's end to this one (the iteration period: the next batch's
     fetch included, as in the PyTorch hooks); the first step of each epoch starts at the epoch's start, so that
     validation and the epoch's other callbacks between two epochs fall in no step.
@@ -235,6 +236,10 @@ class KerasProfiler:
     def on_train_batch_end(self, batch: int) -> None:
         start = self._step_start if self._step_start is not None else self._perf()
         n = max(1, batch - self._begin_batch + 1)
+        # Keras reports an execution's last batch as begin + k - 1 even when the epoch ran out before it
+        num = _int_attr(self._iterator, "num_batches")
+        if num is not None and num > self._begin_batch:
+            n = min(n, num - self._begin_batch)
         first = self.steps_done
         for i in range(n):
             ev = self._events.step(first + i, self._samples(self._begin_batch + i))
@@ -381,6 +386,14 @@ def _add(callbacks: Any, cb: Any) -> Any:
         append(cb)
         return callbacks
     return [callbacks, cb]
+
+
+def _int_attr(obj: Any, name: str) -> int | None:
+    try:
+        value = getattr(obj, name)
+    except Exception:  # an object that cannot tell
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _adapter_attr(iterator: Any, name: str) -> int | None:
