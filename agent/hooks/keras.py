@@ -30,7 +30,9 @@ Every hook body is guarded: an error inside the instrumentation is logged once a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
+import importlib
 import inspect
 import logging
 import sys
@@ -102,8 +104,9 @@ class KerasProfiler:
         self._mem_jax = JaxMemory(sys.modules["jax"], rss) if self.backend == "jax" else None
         self._mem_other = StepMemory(None, rss) if self.backend not in ("torch", "tensorflow", "jax") else None
         self.device = self._device_name()
-        self._events = EventFactory(None, job_id, clock, framework=f"keras {keras.__version__} ({self.backend} backend)",
-                                    device=self.device, rank=_rank(self.backend))
+        framework = f"keras {keras.__version__} ({self.backend} backend)"
+        self._events = EventFactory(None, job_id, clock, framework=framework, device=self.device,
+                                    rank=_rank(self.backend))
         self.enabled = False
         self._failed = False
         self.steps_done = 0
@@ -127,7 +130,10 @@ class KerasProfiler:
         if self.level == "off":
             return self
         self._patch_fit()
-        self._patch_epoch_iterator()
+        try:
+            self._patch_epoch_iterator()
+        except Exception as exc:  # another Keras layout: steps and times still, samples unknown
+            log.info("fleetprof hooks: Keras's EpochIterator not watched (%r); samples unknown", exc)
         self.enabled = True
         if process_hooks:
             atexit.register(self.close)
@@ -187,9 +193,8 @@ class KerasProfiler:
 
     def _patch_epoch_iterator(self) -> None:
         """The first EpochIterator made inside fit is its training data (Keras makes validation's later)."""
-        from keras.src.trainers import epoch_iterator
-
-        cls = epoch_iterator.EpochIterator
+        # a private module: Keras 3 has kept it since 3.0, and a Keras without it only loses `samples`
+        cls = importlib.import_module("keras.src.trainers.epoch_iterator").EpochIterator
         original = cls.__init__
         prof = self
 
@@ -345,10 +350,8 @@ class KerasProfiler:
         if model is not None:
             cls = type(model)
             info["model_class"] = f"{cls.__module__}.{cls.__qualname__}"[:500]
-            try:
+            with contextlib.suppress(Exception):  # an unbuilt model: unknown
                 info["parameter_count"] = int(model.count_params())
-            except Exception:  # an unbuilt model: unknown
-                pass
             opt = getattr(model, "optimizer", None)
             if opt is not None:
                 info["optimizers"] = [type(opt).__name__[:200]]
@@ -416,7 +419,7 @@ def _rank(backend: str) -> int:
 def make_callback(keras: Any, prof: KerasProfiler, model: Any) -> Any:
     """A `keras.callbacks.Callback` that hands each event to `prof`, every body guarded."""
 
-    class FleetprofCallback(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+    class FleetprofCallback(keras.callbacks.Callback):
         async_safe = False  # see the module docstring: timing needs the training thread
 
         def _guard(self, fn: Callable[..., None], *args: Any) -> None:
@@ -458,8 +461,7 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
     with _install_lock:
         if _current is not None:
             return _current
-        import keras
-
+        keras = importlib.import_module("keras")  # the job's own, already imported (sitecustomize)
         settings = settings or AgentSettings()
         level = settings.hooks_level
         if level == "off":

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import operator
 import os
 import sys
 import threading

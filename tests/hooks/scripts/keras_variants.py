@@ -8,14 +8,15 @@ batch-end callbacks its own callback got.
   torch-first   `import torch` before `import keras` (torch backend): the PyTorch hooks hand over to Keras's
 """
 
+import importlib
 import sys
 
 VARIANT = sys.argv[1]
 if VARIANT == "torch-first":
-    import torch  # noqa: F401  (imported first on purpose)
+    importlib.import_module("torch")  # before keras, on purpose
 
-import keras
-import numpy as np
+keras = importlib.import_module("keras")
+np = importlib.import_module("numpy")
 
 keras.utils.set_random_seed(0)
 x = np.random.default_rng(0).normal(size=(100, 8)).astype("float32")
