@@ -120,6 +120,9 @@ class KerasProfiler:
         self._sampler: Any = None  # agent.hooks.layers.LayerSampler on the torch backend
         self._sampling = False
         self._batch_size: int | None = None
+        self._num_batches: int | None = None
+        self._partial: int | None = None
+        self._adapter_batches: int | None = None
         self._info_sent: dict[str, Any] | None = None
         self._pending_steps: list[dict[str, Any]] = []
         self._layer_names: dict[int, tuple[str, str]] = {}
@@ -223,6 +226,9 @@ class KerasProfiler:
     def on_train_begin(self, model: Any) -> None:
         self._model = weakref.ref(model)
         self._batch_size = _adapter_attr(self._iterator, "batch_size")
+        self._num_batches = _int_attr(self._iterator, "num_batches")  # steps per epoch (None: unknown)
+        self._partial = _adapter_attr(self._iterator, "partial_batch_size")
+        self._adapter_batches = _adapter_attr(self._iterator, "num_batches")  # the data's batches (its last partial)
 
     def on_epoch_begin(self) -> None:
         self._step_start = self._perf()
@@ -242,7 +248,7 @@ class KerasProfiler:
         start = self._step_start if self._step_start is not None else self._perf()
         n = max(1, batch - self._begin_batch + 1)
         # Keras reports an execution's last batch as begin + k - 1 even when the epoch ran out before it
-        num = _int_attr(self._iterator, "num_batches")
+        num = self._num_batches
         if num is not None and num > self._begin_batch:
             n = min(n, num - self._begin_batch)
         first = self.steps_done
@@ -272,7 +278,7 @@ class KerasProfiler:
         size = self._batch_size
         if size is None:
             return None
-        num, partial = _adapter_attr(self._iterator, "num_batches"), _adapter_attr(self._iterator, "partial_batch_size")
+        num, partial = self._adapter_batches, self._partial
         if partial and num is not None and index % num == num - 1:
             return partial
         return size
