@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # What PyTorch, the CUDA runtime, cuBLAS/cuDNN, XLA and TensorFlow print when device memory runs out.
 OOM_RE = re.compile(rb"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-                    rb"|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED: Out of memory|out of memory", re.IGNORECASE)
+                    rb"|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED: Out of memory|out of memory"
+                    # TensorFlow's ResourceExhaustedError (Keras on TF): "OOM when allocating tensor with shape[...]"
+                    rb"|OOM when allocating tensor", re.IGNORECASE)
 _OOM_OVERLAP = 64  # bytes kept from the previous chunk so a message split across reads still matches
 
 

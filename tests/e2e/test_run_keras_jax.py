@@ -1,4 +1,4 @@
-"""Issue #22 acceptance: an unmodified Keras `Model.fit` script (torch and JAX backends) and a JAX training loop with
+"""Issue #22 acceptance: an unmodified Keras `Model.fit` script (torch, JAX, TensorFlow backends) and a JAX loop with
 its one-line step marker, each under `fleetprof run` against a real `fleetprof server`, get a report with exactly
 their optimizer steps, a step time within 10 % of the script's own clock, their samples, and (Keras) their layer
 names; the job's framework is what the hooks saw.
@@ -10,6 +10,7 @@ and write them to a file the test reads. The report's mean step time leaves out 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -47,7 +48,13 @@ def _check_steps(report: dict, own: dict) -> None:
     assert ours == pytest.approx(own_mean, rel=0.10), (ours, own_mean, k)
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# TensorFlow is an extra the `test` extra does not install (a 274 MB wheel); where it is installed the TF backend
+# runs the same acceptance.
+TF = pytest.param("tensorflow", marks=pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                                        reason="the `tensorflow` extra is not installed"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", TF])
 def test_keras_fit_under_fleetprof_run(backend: str, live_server: str, cli_env, make_token, tmp_path: Path) -> None:
     token = make_token("team", team="e2e-keras")
     env = client_env(cli_env, live_server, token, KERAS_BACKEND=backend, FLEETPROF_HOOKS_LAYER_EVERY="4")
@@ -65,7 +72,7 @@ def test_keras_fit_under_fleetprof_run(backend: str, live_server: str, cli_env, 
     layers = {row["module"]: row for row in report["time"]["layers"]}
     assert set(own["layers"]) <= set(layers), sorted(layers)  # the script's own layer names
     assert layers["conv_a"]["module_type"] == "Conv2D" and layers["conv_a"]["parent"] == "Sequential"
-    if backend == "torch":  # eager: every layer timed; compiled (JAX): names with unknown times
+    if backend == "torch":  # eager: every layer timed; compiled (JAX, TensorFlow): names with unknown times
         assert all(layers[name]["forward_s"] > 0 for name in own["layers"])
     else:
         assert all(layers[name]["forward_s"] is None for name in own["layers"])
