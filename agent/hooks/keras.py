@@ -105,7 +105,8 @@ class KerasProfiler:
         self._mem_other = StepMemory(None, rss) if self.backend not in ("torch", "tensorflow", "jax") else None
         self.device = self._device_name()
         framework = f"keras {keras.__version__} ({self.backend} backend)"
-        self._events = EventFactory(None, job_id, clock, framework=framework, device=self.device,
+        # torch backend: the rank from torch.distributed, as the PyTorch hooks read it
+        self._events = EventFactory(self._torch, job_id, clock, framework=framework, device=self.device,
                                     rank=_rank(self.backend))
         self.enabled = False
         self._failed = False
@@ -183,6 +184,7 @@ class KerasProfiler:
                 prof._fail(exc)
                 return original(model, *args, **kwargs)
             prof._fitting += 1
+            _stand_down_torch()
             try:
                 return original(model, *args, **kwargs)
             finally:
@@ -454,11 +456,17 @@ def make_callback(keras: Any, prof: KerasProfiler, model: Any) -> Any:
     return FleetprofCallback()
 
 
-def _take_over_from_torch() -> EventSender | None:
-    """Keras on the torch backend, imported after torch: the PyTorch hooks stand down and hand over their sender."""
+def _torch_profiler() -> Any:
     mod = sys.modules.get("agent.hooks.torch")
-    prof = mod.current() if mod is not None else None
-    return prof.stand_down() if prof is not None else None
+    return mod.current() if mod is not None else None
+
+
+def _stand_down_torch() -> None:
+    """In `Model.fit` the steps are Keras's: the PyTorch hooks (torch backend) remove theirs (their module hooks
+    would time every layer call of the fit, and no torch optimizer steps there). Their sender stays: it is ours too."""
+    prof = _torch_profiler()
+    if prof is not None and prof.enabled:
+        prof.stand_down()
 
 
 def install(settings: AgentSettings | None = None, *, transport: Client | None = None) -> KerasProfiler | None:
@@ -478,7 +486,8 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         if not settings.job_id or not (settings.server_url or transport):
             log.info("fleetprof hooks: no job id or server URL; hooks not installed")
             return None
-        sender = _take_over_from_torch()
+        torch_prof = _torch_profiler()  # one sender for the process: the PyTorch hooks' when they came first
+        sender = torch_prof.sender if torch_prof is not None else None
         if sender is None:
             transport = transport or Client(settings.server_url or "", settings.token, timeout_s=5.0)
             sender = EventSender(transport)

@@ -402,8 +402,10 @@ def _chain_excepthook(prof: Profiler) -> None:
     sys.excepthook = excepthook
 
 
-def install(settings: AgentSettings | None = None, *, transport: Client | None = None) -> Profiler | None:
-    """Install the hooks in this process once (idempotent); None when off or not configured."""
+def install(settings: AgentSettings | None = None, *, transport: Client | None = None,
+            announce: bool = True) -> Profiler | None:
+    """Install the hooks in this process once (idempotent); None when off or not configured. `announce=False`: the
+    job_start waits for the first step (torch imported by Keras, whose hooks announce the job)."""
     global _current
     with _install_lock:
         if _current is not None:
@@ -428,6 +430,6 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         # takes a step, so idle workers stay silent.
         import multiprocessing
 
-        prof.install(send_job_start=multiprocessing.parent_process() is None)
+        prof.install(send_job_start=announce and multiprocessing.parent_process() is None)
         _current = prof
         return prof

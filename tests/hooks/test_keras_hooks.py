@@ -57,3 +57,14 @@ def test_torch_imported_first_hands_over_to_keras(recorder: Recorder) -> None:
     assert len({b["source_id"] for b in recorder.bodies}) == 1  # one sender, handed over
     layers = [e for e in recorder.events("layer") if e["module"] == "hidden"]
     assert layers and all(e["forward_s"] > 0 for e in layers)  # eager torch backend: timed
+
+
+def test_keras_announces_the_job_and_a_torch_loop_of_its_own_is_counted_by_the_torch_hooks(recorder: Recorder) -> None:
+    """Keras imported torch (torch backend): Keras's hooks say what the job is; a loop that steps the Keras model with
+    a torch optimizer (no fit) has its steps counted by the PyTorch hooks, which stayed on for it."""
+    out = _run(recorder, "torch-loop", "torch")
+    assert "CALLS 6" in out
+    frameworks = [e["framework"] for e in recorder.events("job_start")]
+    assert frameworks[0].startswith("keras 3.") and frameworks[0].endswith("(torch backend)")
+    assert [e["step"] for e in recorder.events("step")] == list(range(6))
+    assert all(e["samples"] == 10 for e in recorder.events("step"))

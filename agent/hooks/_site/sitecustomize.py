@@ -6,8 +6,9 @@ place of any other `sitecustomize`. It then:
   2. puts a finder on `sys.meta_path` that waits for `import torch`, `import keras` and `import jax`: a program
      that imports none of them pays a few stat() calls and imports nothing of ours;
   3. after one of them has finished importing, imports its hooks (`agent.hooks.torch`, `.keras`, `.jax`) and
-     installs them. Keras owns the job when it is imported: it imports torch or jax itself (its backend, and jax
-     whenever installed), and their hooks then stay off (`keras` is in sys.modules while it imports them).
+     installs them. Keras imports torch (its torch backend) and jax (whenever installed) itself: the torch hooks
+     it brings in do not announce the job (Keras's do), count only a loop of the user's own and stand down in
+     `Model.fit`; the JAX hooks announce nothing before a step of their own.
 Nothing here may break the user's program: every failure is logged once and the program carries on.
 """
 
@@ -70,11 +71,15 @@ WATCHED = ("torch", "keras", "jax")
 
 
 def _on_imported(root, name):
-    if name != "keras" and "keras" in sys.modules:
-        return  # keras is importing its backend: the Keras hooks install once it has finished
     try:
         hooks = _import_hooks(root, "agent.hooks." + name)
-        if hooks is not None:
+        if hooks is None:
+            return
+        if name == "torch" and "keras" in sys.modules:
+            # keras is importing its torch backend: its hooks announce the job; torch's keep to a loop of the
+            # user's own (a torch optimizer stepping a Keras model) and stand down in Model.fit
+            hooks.install(announce=False)
+        else:
             hooks.install()
     except Exception as exc:
         _log_warning("fleetprof hooks: not installed: %r", exc)

@@ -6,6 +6,7 @@ batch-end callbacks its own callback got.
   callbacklist  a keras CallbackList passed as callbacks
   execution     steps_per_execution=3 (the batch callbacks come once per 3 batches)
   torch-first   `import torch` before `import keras` (torch backend): the PyTorch hooks hand over to Keras's
+  torch-loop    no fit: a loop of its own steps the Keras model (torch backend) with a torch optimizer, 6 steps
 """
 
 import importlib
@@ -36,7 +37,17 @@ class Count(keras.callbacks.Callback):
 
 
 count = Count()
-if VARIANT == "positional":
+if VARIANT == "torch-loop":
+    torch = importlib.import_module("torch")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for i in range(6):
+        opt.zero_grad()
+        loss = ((model(xt[i * 10:(i + 1) * 10]) - yt[i * 10:(i + 1) * 10]) ** 2).mean()
+        loss.backward()
+        opt.step()
+        count.calls += 1
+elif VARIANT == "positional":
     model.fit(x, y, 10, 2, 0, [count])
 elif VARIANT == "callbacklist":
     model.fit(x, y, batch_size=10, epochs=2, verbose=0, callbacks=keras.callbacks.CallbackList([count], model=model))
