@@ -1,7 +1,8 @@
 """A plain JAX training loop (an MLP, hand-written SGD) with the one line the fleetprof JAX hooks need:
 `@train_step` above the jitted update (a no-op without `fleetprof run`).
 
-Usage: train_jax.py OUT_JSON [STEPS] [BATCH]. It times its own steps (from the previous step's end, the first from
+Usage: train_jax.py OUT_JSON [STEPS] [BATCH] [marker]. With `marker` the loop ends each step with
+`fleetprof_step(samples=..., wait=loss)` instead of the decorator. It times its own steps (from the previous step's end, the first from
 its call, to the step's outputs being ready) and writes them, with its batch sizes, to OUT_JSON. The last batch of
 the data is short.
 """
@@ -14,11 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agent.hooks import fleetprof_step
 from agent.hooks.jax import train_step
 
 OUT = sys.argv[1]
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 BATCH = int(sys.argv[3]) if len(sys.argv) > 3 else 128
+MARKER = len(sys.argv) > 4 and sys.argv[4] == "marker"
 
 rng = np.random.default_rng(0)
 n = BATCH * (STEPS - 1) + BATCH // 2  # the last batch holds half a batch
@@ -39,11 +42,13 @@ def loss_fn(params, batch):
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
 
-@train_step
 @jax.jit
-def update(params, batch):
+def sgd(params, batch):
     loss, grads = jax.value_and_grad(loss_fn)(params, batch)
     return jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grads), loss
+
+
+update = sgd if MARKER else train_step(sgd)  # the decorator's usual place is above @jax.jit
 
 
 params = init(jax.random.PRNGKey(0))
@@ -52,6 +57,8 @@ prev = time.perf_counter()
 for i in range(STEPS):
     batch = (jnp.asarray(x_all[i * BATCH:(i + 1) * BATCH]), jnp.asarray(y_all[i * BATCH:(i + 1) * BATCH]))
     params, loss = update(params, batch)
+    if MARKER:
+        fleetprof_step(samples=batch[0].shape[0], wait=loss)
     jax.block_until_ready(loss)
     now = time.perf_counter()
     times.append(now - prev)
