@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # What PyTorch, the CUDA runtime, cuBLAS/cuDNN, XLA and TensorFlow print when device memory runs out.
 OOM_RE = re.compile(rb"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-                    rb"|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED: Out of memory|out of memory", re.IGNORECASE)
+                    rb"|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED: Out of memory|out of memory"
+                    # TensorFlow's ResourceExhaustedError (Keras on TF): "OOM when allocating tensor with shape[...]"
+                    rb"|OOM when allocating tensor", re.IGNORECASE)
 _OOM_OVERLAP = 64  # bytes kept from the previous chunk so a message split across reads still matches
 
 
@@ -176,7 +178,10 @@ class JobRunner:
             "job_id": job_id, "team": team, "name": name or os.path.basename(command[0]),
             "command": shlex.join(command), "host": socket.gethostname(), "user": _user(),
             "state": "running", "started_at": time.time(), "gpu_uuids": gpus_from_cuda_visible_devices(cuda),
-            "cuda_visible_devices": cuda, "framework": "pytorch" if hooks and self._child_env else None,
+            "cuda_visible_devices": cuda,
+            # The framework is the hooks' word (their job_start: "pytorch 2.x", "keras 3.x (jax backend)", "jax
+            # 0.x"); a program that imports none of them has none (unknown, not "pytorch").
+            "framework": None,
             # --batch-size: the job's own word, which the hooks' reading does not replace (server.jobs.framework_info)
             "batch_size": batch_size, "metadata": metadata or None,
         }

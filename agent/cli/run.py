@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "allocation, else <user>-<yyyymmdd-HHMMSS>-<4 hex>)")
     parser.add_argument("--team", help="team that owns the job (default: FLEETPROF_TEAM)")
     parser.add_argument("--name", help="a human name for the job (default: the program's name)")
-    parser.add_argument("--no-hooks", action="store_true", help="do not turn on the PyTorch hooks")
+    parser.add_argument("--no-hooks", action="store_true",
+                        help="do not turn on the framework hooks (PyTorch, Keras, JAX)")
     parser.add_argument("--batch-size", type=_positive_int, metavar="N",
                         help="the job's batch size, recorded as the job's own (default: what the hooks read: the "
                              "DataLoader's batch_size, or the leading dimension of the model's first input)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import socket
@@ -10,20 +11,27 @@ from typing import Any
 
 
 class EventFactory:
-    """Builds events for one job; the rank is read from torch.distributed once it is initialized."""
+    """Builds events for one job; the rank is read from torch.distributed once it is initialized.
 
-    def __init__(self, torch: Any, job_id: str, clock: Callable[[], float]):
+    Another framework's hooks (Keras, JAX) pass `torch=None`, their `framework` and `device` strings and the rank
+    they know (it is then fixed).
+    """
+
+    def __init__(self, torch: Any, job_id: str, clock: Callable[[], float], *, framework: str | None = None,
+                 device: str | None = None, rank: int = 0):
         self._torch = torch
         self.job_id = job_id
         self._clock = clock
-        self.rank = 0
+        self._framework = framework
+        self._device = device
+        self.rank = rank
         self._rank_known = False
         self._dist_initialized: Callable[[], bool] | None = None  # torch.distributed.is_initialized, once available
         self._dist_checked = False
 
     def update_rank(self) -> int:
         """The rank, read from torch.distributed until it is initialized (then fixed): once per event."""
-        if not self._rank_known:
+        if not self._rank_known and self._torch is not None:
             if not self._dist_checked:
                 self._dist_checked = True
                 dist = self._torch.distributed
@@ -44,8 +52,9 @@ class EventFactory:
 
     def job_start(self) -> dict[str, Any]:
         ev = self.base("job_start")
-        ev.update(host=socket.gethostname(), pid=os.getpid(), framework=f"pytorch {self._torch.__version__}",
-                  device=_device_name(self._torch))
+        framework = self._framework or f"pytorch {self._torch.__version__}"
+        ev.update(host=socket.gethostname(), pid=os.getpid(), framework=framework,
+                  device=self._device or _device_name(self._torch))
         return ev
 
     def oom(self, exc: BaseException) -> dict[str, Any]:
@@ -69,3 +78,14 @@ def _device_name(torch: Any) -> str:
     if torch.cuda.is_initialized():
         return f"cuda:{torch.cuda.current_device()}"
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sample_count(value: Any) -> int | None:
+    """A caller's `step(samples=...)` as a plain int (numpy and torch integers too: the wire protocol takes JSON
+    integers only and would drop the step's event); anything else (a float, a bool) is unknown."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None

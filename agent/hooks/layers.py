@@ -82,7 +82,9 @@ class LayerSampler:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, model: Any | None, *, cuda: bool) -> None:
+    def start(self, model: Any | None, *, cuda: bool, names: dict[int, str] | None = None) -> None:
+        """`names`: module names by id, given by a caller whose model does not name its modules the torch way
+        (Keras layers on the torch backend: named after their Keras names); no parameter hooks then."""
         from torch.nn.modules import module as mm
 
         self._cuda = cuda
@@ -93,7 +95,10 @@ class LayerSampler:
         self._open.clear()
         self._names.clear()
         self._used_names.clear()
-        if model is not None:
+        if names is not None:
+            self._names.update(names)
+            self._used_names.update(names.values())
+        elif model is not None:
             named = list(model.named_modules())
             for name, mod in named:
                 self._names[id(mod)] = name or type(mod).__name__

@@ -146,13 +146,14 @@ class StepMemory:
     (less than RSS_MIN_INTERVAL_S of training at the end of the run).
     """
 
-    def __init__(self, torch: Any, rss: RssPeak):
-        self.cuda_peaks = CudaPeaks(torch)
+    def __init__(self, torch: Any | None, rss: RssPeak):
+        # None: a process without torch (Keras on JAX or TensorFlow, JAX): the CPU branch only
+        self.cuda_peaks = CudaPeaks(torch) if torch is not None else None
         self.rss = rss
         self._rss_read_at = float("-inf")
 
     def add(self, ev: dict[str, Any], *, cuda: bool, step: int, step_start: float) -> None:
-        if cuda:
+        if cuda and self.cuda_peaks is not None:
             ev["allocated_peak_bytes"], ev["reserved_peak_bytes"] = self.cuda_peaks.read_and_reset()
             ev["memory_source"] = "cuda_allocator"
             return

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import operator
 import os
 import sys
 import threading
@@ -50,7 +49,7 @@ from agent.hooks.alloc_trace import AllocTracer
 from agent.hooks.capture import CaptureManager
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
-from agent.hooks.events import EventFactory
+from agent.hooks.events import EventFactory, sample_count
 from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, StepMemory
@@ -172,6 +171,18 @@ class Profiler:
         self._info.unpatch_dataloader()
         self.enabled = False
         self.sender.close(timeout_s)
+
+    def stand_down(self) -> EventSender:
+        """Another framework's hooks take this process over (Keras on the torch backend, imported after torch):
+        remove every hook, take no more steps, and hand over the sender (its queue and sequence go on)."""
+        self._remove_module_hooks()
+        if self._opt_handle is not None:
+            self._opt_handle.remove()
+            self._opt_handle = None
+        self._info.unpatch_dataloader()
+        self.enabled = False
+        self._discovery.active = False
+        return self.sender
 
     def _remove_module_hooks(self) -> None:
         self._discovery.remove_hooks()
@@ -369,17 +380,6 @@ class Profiler:
 # ---------------------------------------------------------------------- helpers
 
 
-def sample_count(value: Any) -> int | None:
-    """A caller's `step(samples=...)` as a plain int (numpy and torch integers too: the wire protocol takes JSON
-    integers only and would drop the step's event); anything else (a float, a bool) is unknown."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def batch_size_of(args: Any, kwargs: Any) -> int | None:
     for obj in (args, kwargs):
         for t in iter_tensors(obj, torch):
@@ -402,8 +402,10 @@ def _chain_excepthook(prof: Profiler) -> None:
     sys.excepthook = excepthook
 
 
-def install(settings: AgentSettings | None = None, *, transport: Client | None = None) -> Profiler | None:
-    """Install the hooks in this process once (idempotent); None when off or not configured."""
+def install(settings: AgentSettings | None = None, *, transport: Client | None = None,
+            announce: bool = True) -> Profiler | None:
+    """Install the hooks in this process once (idempotent); None when off or not configured. `announce=False`: the
+    job_start waits for the first step (torch imported by Keras, whose hooks announce the job)."""
     global _current
     with _install_lock:
         if _current is not None:
@@ -428,6 +430,6 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         # takes a step, so idle workers stay silent.
         import multiprocessing
 
-        prof.install(send_job_start=multiprocessing.parent_process() is None)
+        prof.install(send_job_start=announce and multiprocessing.parent_process() is None)
         _current = prof
         return prof

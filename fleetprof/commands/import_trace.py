@@ -1,6 +1,8 @@
-"""`fleetprof import-trace JOB_ID FILE [FILE ...]`: upload Kineto traces or CUDA memory snapshots.
+"""`fleetprof import-trace JOB_ID FILE [FILE ...]`: upload Kineto or TensorFlow profiler traces, or CUDA memory
+snapshots.
 
-Kineto traces (`.json`, `.json.gz`, one file per rank) are sent as they are. A CUDA memory snapshot (the pickle
+Kineto traces (`.json`, `.json.gz`, one file per rank) and TensorFlow profiler traces (the trace viewer's
+`<host>.trace.json.gz`: the server tells them apart) are sent as they are. A CUDA memory snapshot (the pickle
 written by `torch.cuda.memory._dump_snapshot`) is converted to JSON HERE, with an unpickler that loads no
 classes, because the server never unpickles uploads. On a terminal a progress bar shows each upload's bytes
 (stderr); `--format json` prints the server's answer for every file as one JSON object on stdout.
@@ -27,7 +29,8 @@ PICKLE_MAGIC = b"\x80"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="Kineto trace(s) or snapshot pickle/JSON")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="Kineto or TensorFlow profiler trace(s), or snapshot pickle/JSON")
     parser.add_argument("--rank", type=int, help="rank of a single trace without distributedInfo")
     add_format_argument(parser)
     add_server_arguments(parser)

@@ -21,3 +21,23 @@ def test_agent_imports_no_server_or_dashboard(repo_root: Path) -> None:
     bad = [m for m in loaded if m.split(".")[0] in ("server", "dashboard", "fastapi", "sqlalchemy", "dash",
                                                     "celery", "torch")]
     assert not bad, bad
+
+
+FRAMEWORKS = ("keras", "tensorflow", "jax", "jaxlib", "torch")
+CORE = ["fleetprof.cli", "fleetprof.client", "fleetprof.protocol", "fleetprof.report", "fleetprof.settings",
+        "fleetprof.commands.import_trace", "fleetprof.commands.report"]
+HOOKS = ["agent.hooks", "agent.hooks.env", "agent.hooks.keras", "agent.hooks.jax", "agent.hooks.device_memory",
+         "agent.hooks.events", "agent.hooks.sender"]
+
+
+def test_core_agent_and_hooks_modules_import_no_framework(repo_root: Path) -> None:
+    """Keras, TensorFlow and JAX are optional extras: the core install, the agent and even the Keras/JAX hooks'
+    modules import none of them (the hooks are handed the framework the job imported)."""
+    code = ("import importlib, json, sys\n"
+            f"for m in {CORE + MODULES + HOOKS!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout)
+    assert "agent.hooks.keras" in loaded and "agent.hooks.jax" in loaded  # imported, so the check means something
+    bad = [m for m in loaded if m.split(".")[0] in FRAMEWORKS]
+    assert not bad, bad

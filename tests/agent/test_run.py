@@ -73,3 +73,15 @@ def test_helpers() -> None:
     assert gpus_from_cuda_visible_devices("0,1") is None and gpus_from_cuda_visible_devices(None) is None
     jid = generate_job_id("al ice", now=1_784_016_758.0)
     assert jid.startswith("al_ice-20260714-") and len(jid.rsplit("-", 1)[1]) == 4
+
+
+def test_framework_oom_messages_are_recognised() -> None:
+    """The messages an out-of-memory ends a job with, as each framework prints them (TensorFlow's and XLA's too)."""
+    from agent.run import OOM_RE
+
+    for msg in (b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
+                b"tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+                b"shape[8192,8192] and type float on /job:localhost/replica:0/task:0/device:GPU:0",
+                b"jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate"):
+        assert OOM_RE.search(msg), msg
+    assert not OOM_RE.search(b"ResourceExhaustedError: rate limited")

@@ -39,6 +39,7 @@ import numpy as np
 from server.analysis.base.downsample import minmax_indices
 from server.analysis.base.jobdata import jsonable
 from server.analysis.traces.reader import TraceFormatError, TraceTooLargeError, iter_events, open_trace, read_header
+from server.analysis.traces.tf_trace import ScopeTime, TfTraceReader
 
 __all__ = [
     "DeviceInfo",
@@ -183,6 +184,10 @@ class TraceSummary:
     # Of the compute kernels' summed time, the share in GEMM/convolution/attention kernels (`is_matmul_kernel`);
     # None without compute kernels. Sums of kernel durations (not the union): concurrent kernels count twice.
     compute_matmul_fraction: float | None = None
+    # "kineto" (PyTorch profiler) or "tensorflow" (TF profiler trace viewer JSON: `tf_trace`)
+    format: str = "kineto"
+    # TF traces only: op time per model/layer graph scope over the profiled steps (tf_trace.layer_scope)
+    scopes: list[ScopeTime] = field(default_factory=list)
 
     @property
     def step_time_mean_us(self) -> float | None:
@@ -228,10 +233,20 @@ class _Accumulator:
         self.mem: dict[tuple[int, int], tuple[array, array, array, array, array]] = {}
         self.counts: Counter[str] = Counter()
         self.float_ts = False  # HTA rounds every timestamp when the `ts` column is float
+        self.tf = TfTraceReader()  # a TensorFlow profiler trace, once its metadata says so
 
     def add(self, ev: dict[str, Any]) -> None:
         counts = self.counts
         counts["events"] += 1
+        tf = self.tf
+        if ev.get("ph") == "M":
+            tf.note_metadata(ev)
+            return
+        if tf.active:
+            normalized = tf.normalize(ev)
+            if normalized is None:
+                return
+            ev = normalized
         name = ev.get("name")
         ts = ev.get("ts")
         if ts is None or isinstance(ts, float):
@@ -417,7 +432,10 @@ def _finish(acc: _Accumulator, header: dict[str, Any], trace_bytes: int) -> Trac
         )
         for name, s in top
     ]
-    steps = [StepTime(step=k, start_us=v[0], duration_us=v[1]) for k, v in sorted(acc.steps.items())]
+    step_spans = acc.tf.steps() if acc.tf.active else acc.steps
+    steps = [StepTime(step=k, start_us=v[0], duration_us=v[1]) for k, v in sorted(step_spans.items())]
+    if acc.tf.active:
+        notes.append("TensorFlow profiler trace: steps are the profiler's step groups (group_id), numbered from 0")
     compute_total = matmul_total = 0.0
     for name, s in acc.kernel_stats.items():
         if int(s[3]) == COMPUTE:
@@ -449,6 +467,8 @@ def _finish(acc: _Accumulator, header: dict[str, Any], trace_bytes: int) -> Trac
         counts=counts,
         notes=notes,
         compute_matmul_fraction=matmul_total / compute_total if compute_total > 0 else None,
+        format="tensorflow" if acc.tf.active else "kineto",
+        scopes=acc.tf.scopes() if acc.tf.active else [],
     )
 
 
@@ -614,6 +634,9 @@ def combine_ranks(summaries: Iterable[TraceSummary | Mapping[str, Any]]) -> dict
                 "step_time_mean_us": steps_us.get("mean"),
                 "peak_allocated_bytes": s.get("peak_allocated_bytes"),
                 "peak_reserved_bytes": s.get("peak_reserved_bytes"),
+                # which profiler wrote the trace, and (TensorFlow) op time per model/layer scope
+                "format": s.get("format") or "kineto",
+                "scopes": s.get("scopes") or [],
             }
         )
     with_gpu = [r for r in rows if r["span_us"]]

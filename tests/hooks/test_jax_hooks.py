@@ -1,0 +1,37 @@
+"""The JAX hooks in a real JAX process through the recording collector: the step marker (`fleetprof_step`) and the
+decorator (`train_step`), and nothing from them in a process that marks no step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetprof.protocol import EventBatch
+from tests.hooks.conftest import Recorder, run_script
+
+
+@pytest.mark.parametrize("mode", ["decorator", "marker"])
+def test_jax_steps_samples_and_memory(recorder: Recorder, tmp_path: Path, mode: str) -> None:
+    out = tmp_path / "own.json"
+    run = run_script("train_jax.py", str(out), "12", "32", mode, server_url=recorder.url, timeout_s=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    own = json.loads(out.read_text())
+    for body in recorder.bodies:
+        EventBatch.model_validate(body)
+    steps = recorder.events("step")
+    assert [e["step"] for e in steps] == list(range(12))
+    assert [e["samples"] for e in steps] == own["batch_sizes"] == [32] * 11 + [16]
+    assert all(e["wall_s"] > 0 for e in steps) and steps[1]["memory_source"] == "cpu_rss"
+    (start,) = recorder.events("job_start")
+    assert start["framework"].startswith("jax ") and start["device"] == "cpu:0"
+    info = recorder.events("framework_info")[-1]
+    assert info["batch_size"] == 32 and info["batch_size_source"] == "forward_input"
+
+
+def test_jax_imported_without_a_marked_step_sends_nothing(recorder: Recorder) -> None:
+    run = run_script("jax_no_steps.py", server_url=recorder.url)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "INSTALLED True 6.0" in run.stdout  # the hooks were there, and announced nothing: Keras imports jax too
+    assert recorder.events() == []
