@@ -10,7 +10,8 @@ from pathlib import Path
 
 MODULES = ["fleetprof.client", "fleetprof.report", "fleetprof.protocol", "fleetprof.commands.report",
            "fleetprof.commands.rightsizing", "fleetprof.commands.replay", "fleetprof.commands.import_trace",
-           "fleetprof.commands.estimate", "fleetprof.cli"]
+           "fleetprof.commands.estimate", "fleetprof.cli", "fleetprof.profiling",
+           "fleetprof.trackers", "fleetprof.commands.download"]
 HEAVY = ("server", "agent", "dashboard", "embedded", "fastapi", "sqlalchemy", "dash", "celery", "torch", "numpy")
 
 
