@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -136,14 +137,23 @@ def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRe
             responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
             summary="The job's characterization (JSON, or ?format=html for a standalone page)")
 def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
-               format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
+               format: Literal["json", "html"] = "json", refresh: bool = False,
+               download: bool = Query(False, description="as an attachment: fleetprof-<job id>.json / .html")) -> Any:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     report = report_store.get_report(session, job, settings, refresh=refresh)
+    headers = ({"Content-Disposition": f'attachment; filename="{report_filename(job.job_id, format)}"'}
+               if download else None)
     if format == "html":
         series = _series(session, job, dict.fromkeys(("memory_used_bytes", "power_w", "gpu_util_pct"), 600),
                          None, None)
-        return HTMLResponse(render_report_html(report, series))
-    return JSONResponse(report)
+        return HTMLResponse(render_report_html(report, series), headers=headers)
+    return JSONResponse(report, headers=headers)
+
+
+def report_filename(job_id: str, fmt: str) -> str:
+    """`fleetprof-<job id>.<json|html>`, the id's characters a file name cannot hold (`slurm:42`) as `_` (the name
+    `fleetprof.profile()` writes in local mode)."""
+    return "fleetprof-" + re.sub(r"[^A-Za-z0-9._-]", "_", job_id) + f".{fmt}"
 
 
 POINTS_DOC = ("at most this many points per GPU: each time bucket's minimum at its first sample and maximum at its "
