@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.config import AgentSettings, node_name
+from agent.config import load_settings, node_name
 from agent.run import generate_job_id, gpus_from_cuda_visible_devices
 from fleetprof.client import ApiError, Client
 from fleetprof.profiling import ProfileOptions, ProfileResult
@@ -99,8 +99,7 @@ class Block:
 
     def __init__(self, options: ProfileOptions, *, nvml_source: str = "nvml"):
         self.options = options
-        overrides = {"server_url": options.server_url, "token": options.token, "hooks_level": options.level}
-        self.settings = AgentSettings(**{k: v for k, v in overrides.items() if v is not None})
+        self.settings = load_settings(server_url=options.server_url, token=options.token, hooks_level=options.level)
         self.local = options.local if options.local is not None else not self.settings.server_url
         self.job_id = options.job_id or generate_job_id(_user())
         self.started_at = time.time()
@@ -155,7 +154,6 @@ class Block:
 
     def _start_sampler(self, source: str) -> None:
         """The node agent's sampler for this machine's GPUs, into the local collector (agent token, any node)."""
-        from agent.config import load_settings
         from agent.daemon import run_agent
         from server.auth.service import create_token
         from server.db import make_engine, make_sessionmaker, session_scope
@@ -187,6 +185,8 @@ class Block:
         state = "finished" if exc is None else "oom" if _is_oom(exc) else "failed"
         json_path = html_path = None
         report: dict[str, Any] | None = None
+        html: str | None = None
+        runs: dict[str, str] = {}
         try:
             if self._prof is not None:
                 from agent.hooks.torch import uninstall
@@ -213,6 +213,11 @@ class Block:
                 html_path.write_text(html)
                 log.info("fleetprof.profile: report of job %s written to %s and %s", self.job_id, json_path,
                             html_path.name)
+            if self.options.log_to and self._registered:
+                if report is None:  # server mode: the report as the server has it now
+                    report = self.transport.report_json(self.job_id, refresh=True)
+                    html = self.transport.report_html(self.job_id)
+                runs = _log_to_trackers(report, html, self.options.log_to)
         except Exception as exc2:  # noqa: BLE001 - the block's outcome is the caller's; ours is a warning
             log.warning("fleetprof.profile: could not complete the report of job %s: %s", self.job_id, exc2)
         finally:
@@ -220,7 +225,7 @@ class Block:
         return ProfileResult(job_id=self.job_id, mode="local" if self.local else "server", state=state,
                              server_url=None if self.local else self.settings.server_url,
                              report_json_path=json_path, report_html_path=html_path, report=report,
-                             hooks=self._prof is not None)
+                             hooks=self._prof is not None, tracker_runs=runs)
 
     def _stop_services(self) -> None:
         transport = getattr(self, "transport", None)
@@ -229,6 +234,19 @@ class Block:
         if self._collector is not None:
             self._collector.close()
             self._collector = None
+
+
+def _log_to_trackers(report: dict[str, Any], html: str | None, trackers: tuple[str, ...]) -> dict[str, str]:
+    """Each tracker its own chance: one that fails (not installed, unreachable) is a warning, not the others' loss."""
+    from fleetprof.trackers import log_report
+
+    runs = {}
+    for tracker in dict.fromkeys(trackers):
+        try:
+            runs[tracker] = log_report(report, html, to=tracker)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("fleetprof.profile: not logged to %s: %s", tracker, exc)
+    return runs
 
 
 def _is_oom(exc: BaseException) -> bool:

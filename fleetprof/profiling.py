@@ -16,6 +16,8 @@ and is registered as a job. Where it goes:
   a temporary folder, the embedded mode of `fleetprof up`), samples this machine's GPUs through NVML where there are
   some, and at the end writes the report as `fleetprof-<job id>.json` and `.html` next to the script (the folder of
   `__main__`, else the working directory; `output_dir=` chooses), in the manner of CodeCarbon and Zeus.
+`log_to=("mlflow", "wandb")` also logs the report's headline figures to those trackers (the active MLflow run or W&B
+run when there is one; fleetprof/trackers.py).
 
 This module is the bare install's entry point: it holds the options and the result and imports nothing of the
 agent or the server. The work is done by `embedded.profile`, found by module name when a block starts (as
@@ -49,6 +51,7 @@ class ProfileOptions:
     level: str | None = None  # hooks level: off | default | layers (FLEETPROF_HOOKS_LEVEL)
     hooks: bool = True  # False: NVML only (the PyTorch hooks stay off even where torch is imported)
     metadata: dict[str, Any] = field(default_factory=dict)  # stored with the job
+    log_to: tuple[str, ...] = ()  # trackers the report's headline figures go to at the end (fleetprof.trackers)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class ProfileResult:
     report_html_path: Path | None
     report: dict[str, Any] | None  # local mode: the report document (PRODUCT.md keys)
     hooks: bool  # whether the PyTorch hooks ran for the block
+    tracker_runs: dict[str, str] = field(default_factory=dict)  # tracker -> the run the report was logged to
 
 
 class RunningBlock(Protocol):
@@ -81,11 +85,12 @@ class profile(contextlib.ContextDecorator):  # noqa: N801 - used like a function
     def __init__(self, job_id: str | None = None, *, team: str | None = None, name: str | None = None,
                  batch_size: int | None = None, server_url: str | None = None, token: str | None = None,
                  local: bool | None = None, output_dir: str | Path | None = None, level: str | None = None,
-                 hooks: bool = True, metadata: dict[str, Any] | None = None):
+                 hooks: bool = True, metadata: dict[str, Any] | None = None, log_to: str | tuple[str, ...] = ()):
         self.options = ProfileOptions(job_id=job_id, team=team, name=name, batch_size=batch_size,
                                       server_url=server_url, token=token, local=local,
                                       output_dir=Path(output_dir) if output_dir is not None else None,
-                                      level=level, hooks=hooks, metadata=dict(metadata or {}))
+                                      level=level, hooks=hooks, metadata=dict(metadata or {}),
+                                      log_to=(log_to,) if isinstance(log_to, str) else tuple(log_to))
         self.result: ProfileResult | None = None
         self._running: list[RunningBlock] = []
 
