@@ -3,7 +3,8 @@
 WHAT is `list` (the default: the job's traces and snapshots), `report` (the report as JSON and HTML), `kineto` (every
 Kineto trace as uploaded: Perfetto, TensorBoard), `snapshot` (every memory snapshot as the pickle
 `torch.cuda.memory._dump_snapshot` writes: pytorch.org/memory_viz), or a trace id from the list. Files go to the
-folder `-o` names (default: the working directory) under the names the server gives them; `-o FILE` with one file.
+folder `-o` names (default: the working directory) under the names the server gives them; `-o NAME.EXT` with one
+file names it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _write(download: Download, output: str | None, fallback: str, single: bool) -> Path:
     name = download.filename or fallback
     target = Path(output) if output else Path.cwd()
-    path = target if single and output and not target.is_dir() else target / name
+    # a folder, unless one file is downloaded to a name with a suffix (`-o snap.pickle`) that is not a folder
+    path = target if single and output and target.suffix and not target.is_dir() else target / name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(download.content)

@@ -188,3 +188,42 @@ def test_no_server_module_loads_a_pickle(repo_root: Path) -> None:
                     any(a.name in ("load", "loads", "Unpickler") for a in node.names):
                 found.append(f"{path}:{node.lineno}")
     assert found == []
+
+
+@pytest.mark.slow
+def test_download_cli_round_trip(cli_env, live_server, make_token, tmp_path):
+    """`fleetprof import-trace` up, `fleetprof download` back: the Kineto trace byte for byte, the snapshot pickle
+    that memory_viz reads, the report as two files."""
+    import subprocess
+    import sys
+
+    from torch.cuda import _memory_viz as viz
+
+    env = {**cli_env, "FLEETPROF_SERVER_URL": live_server, "FLEETPROF_TOKEN": make_token("team", team="t")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "fleetprof.cli", *args], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return r
+
+    kineto = KINETO / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    snap_path = tmp_path / "snapshot.pickle"
+    snap = torch_like_snapshot()
+    snap_path.write_bytes(pickle.dumps(snap))
+    cli("import-trace", "cli-dl", str(kineto))
+    cli("import-trace", "cli-dl", str(snap_path))
+    listing = cli("download", "cli-dl").stdout
+    assert "kineto" in listing and "snapshot" in listing and "pickle" in listing
+    out = tmp_path / "out"
+    (k_path,) = map(Path, cli("download", "cli-dl", "kineto", "-o", str(out)).stdout.split())
+    assert k_path.parent == out and k_path.read_bytes() == kineto.read_bytes()
+    (s_path,) = map(Path, cli("download", "cli-dl", "snapshot", "-o", str(out / "snap.pickle")).stdout.split())
+    assert s_path == out / "snap.pickle"
+    assert _segsum_totals(viz.segsum(pickle.loads(s_path.read_bytes()))) == _segsum_totals(viz.segsum(snap))
+    paths = sorted(map(Path, cli("download", "cli-dl", "report", "-o", str(out)).stdout.split()))
+    assert [p.name for p in paths] == ["fleetprof-cli-dl.html", "fleetprof-cli-dl.json"]
+    assert __import__("json").loads(paths[1].read_text())["job_id"] == "cli-dl"
+    bad = subprocess.run([sys.executable, "-m", "fleetprof.cli", "download", "cli-dl", "999999"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "no trace 999999" in bad.stderr
