@@ -27,7 +27,6 @@ class LocalCollector:
         from server.auth.service import create_token
         from server.config import ServerSettings
         from server.db import make_engine, make_sessionmaker, session_scope
-        from server.migrate import upgrade
 
         self._own_dir = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="fleetprof-local-")) if data_dir is None else data_dir
@@ -38,13 +37,6 @@ class LocalCollector:
                                        capture_auto=False, environment="development")
         for noisy in ("alembic", "alembic.runtime.migration"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-        upgrade(self.settings)
-        engine = make_engine(self.settings)
-        try:
-            with session_scope(make_sessionmaker(engine)) as session:
-                self.token = create_token(session, scope="operator", description="fleetprof.profile local mode")
-        finally:
-            engine.dispose()
         sock = listen("127.0.0.1", 0, "local collector", "FLEETPROF_SERVER_URL")
         port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
@@ -59,6 +51,13 @@ class LocalCollector:
                 self.close()
                 raise CliError("fleetprof.profile: the local collector did not start")
             time.sleep(0.02)
+        # The app's start-up migrated the embedded database (server.app lifespan): the token's table is there.
+        engine = make_engine(self.settings)
+        try:
+            with session_scope(make_sessionmaker(engine)) as session:
+                self.token = create_token(session, scope="operator", description="fleetprof.profile local mode")
+        finally:
+            engine.dispose()
 
     def close(self) -> None:
         self._server.should_exit = True
