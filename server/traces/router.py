@@ -4,8 +4,9 @@ traces and GET .../traces/{trace_id} downloads one as other tools open it (issue
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
@@ -121,7 +122,8 @@ DOWNLOAD_CONTENT = {"application/json": {"schema": {"type": "object"}},
                        401: {}, 403: {}, 404: {}, 422: {}},
             summary="Download a trace: Kineto as uploaded (Perfetto, TensorBoard), a snapshot as torch's pickle "
                     "(memory_viz) or JSON")
-def download_trace(job_id: str, trace_id: int, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
+def download_trace(job_id: str, trace_id: Annotated[int, Path(ge=1, le=2**63 - 1)], principal: JobReaderAuth,
+                   session: SessionDep, settings: SettingsDep,
                    format: str | None = Query(None, max_length=20, description=(
                        "original (as stored), json, or pickle (snapshots: what torch.cuda.memory._dump_snapshot "
                        "writes); default: pickle for a snapshot, original for a Kineto trace")),
