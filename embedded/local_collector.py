@@ -40,7 +40,8 @@ class LocalCollector:
         sock = listen("127.0.0.1", 0, "local collector", "FLEETPROF_SERVER_URL")
         port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self._server = uvicorn.Server(uvicorn.Config(create_app(self.settings), log_level="warning",
+        # log_config=None: the user's program keeps its own logging configuration (uvicorn's would dictConfig it)
+        self._server = uvicorn.Server(uvicorn.Config(create_app(self.settings), log_config=None, log_level="warning",
                                                      access_log=False, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="fleetprof-local-collector", daemon=True)

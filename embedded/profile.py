@@ -97,7 +97,9 @@ def _visible_gpu_uuids() -> list[str]:
 class Block:
     """One profiled block, from `__enter__` (the constructor) to `finish`."""
 
-    def __init__(self, options: ProfileOptions, *, nvml_source: str = "nvml"):
+    def __init__(self, options: ProfileOptions, *, nvml_source: str = "nvml", gpu_uuids: list[str] | None = None):
+        """`nvml_source` and `gpu_uuids` stand in for this machine's NVML in tests (the agent's `fake:N` test double,
+        whose batches say so: source "test")."""
         self.options = options
         self.settings = load_settings(server_url=options.server_url, token=options.token, hooks_level=options.level)
         self.local = options.local if options.local is not None else not self.settings.server_url
@@ -109,14 +111,14 @@ class Block:
         self._registered = False
         self._job: dict[str, Any] = {}
         try:
-            self._start(nvml_source)
+            self._start(nvml_source, gpu_uuids)
         except Exception as exc:  # profiling must never stop the user's block
             log.warning("fleetprof.profile: the block runs unprofiled: %s", exc)
             self._stop_services()
 
     # ------------------------------------------------------------------ start
 
-    def _start(self, nvml_source: str) -> None:
+    def _start(self, nvml_source: str, gpus: list[str] | None) -> None:
         if self.local:
             from embedded.local_collector import LocalCollector
 
@@ -126,8 +128,8 @@ class Block:
             if not self.settings.server_url:
                 raise ValueError("server mode without a server: set FLEETPROF_SERVER_URL or pass server_url=")
             self.transport = Client(self.settings.server_url, self.settings.token, timeout_s=5.0)
-        gpu_uuids = _visible_gpu_uuids() if self.local else gpus_from_cuda_visible_devices(
-            os.environ.get("CUDA_VISIBLE_DEVICES"))
+        gpu_uuids = gpus if gpus is not None else _visible_gpu_uuids() if self.local else \
+            gpus_from_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
         hooks = _torch_wanted(self.options)
         metadata = {**self.options.metadata, "profiled_by": "fleetprof.profile"}
         if self.options.batch_size is not None:

@@ -110,3 +110,27 @@ def test_server_mode_sends_to_the_configured_collector(repo_root: Path, tmp_path
         report = api.report_json("pyapi-server-1", refresh=True)
     assert report["time"]["steps"] == 17
     assert report["framework"]["optimizers"] == ["Adam"]
+
+
+@pytest.mark.slow
+def test_local_mode_samples_the_machines_gpus(tmp_path: Path) -> None:
+    """NVML-level profiling of a block without torch hooks: the node agent's sampler runs into the local collector.
+    No GPU here: the agent's NVML test double (`fake:1`, batches labelled source "test") stands in for NVML."""
+    import time
+
+    from embedded.profile import Block
+    from fleetprof.profiling import ProfileOptions
+
+    uuid = "GPU-fake0000-0000-0000-0000-000000000000"
+    block = Block(ProfileOptions(name="nvml-only", local=True, hooks=False, output_dir=tmp_path),
+                  nvml_source="fake:1", gpu_uuids=[uuid])
+    time.sleep(3.5)  # a few 1 s samples and 1 s batches
+    result = block.finish(None)
+    assert result.mode == "local" and result.hooks is False
+    report = json.loads(Path(str(result.report_json_path)).read_text())
+    (gpu,) = report["gpus"]
+    assert gpu["uuid"] == uuid
+    assert gpu["peak_used_bytes"] is not None and gpu["peak_used_bytes"] > 0
+    assert report["memory"]["peak_used_bytes"] == gpu["peak_used_bytes"]
+    assert report["utilization"]["gpu_mean_pct"] is not None
+    assert report["time"]["steps"] is None  # no hooks: unknown
