@@ -134,3 +134,13 @@ def test_local_mode_samples_the_machines_gpus(tmp_path: Path) -> None:
     assert report["memory"]["peak_used_bytes"] == gpu["peak_used_bytes"]
     assert report["utilization"]["gpu_mean_pct"] is not None
     assert report["time"]["steps"] is None  # no hooks: unknown
+
+
+@pytest.mark.slow
+def test_a_nested_block_leaves_the_steps_to_the_outer_one(repo_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "nested.py"
+    shutil.copy(SCRIPTS / "nested.py", script)
+    outer, inner = _run(script, [], _bare_env(repo_root), cwd=tmp_path)
+    assert (outer["hooks"], inner["hooks"]) == (True, False)
+    assert json.loads(Path(outer["json"]).read_text())["time"]["steps"] == 9
+    assert json.loads(Path(inner["json"]).read_text())["time"]["steps"] is None
