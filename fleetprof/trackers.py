@@ -103,7 +103,7 @@ def log_report(report: Mapping[str, Any], html: str | None = None, *, to: str, *
     """Log the report's headline figures and the report itself to `to` (mlflow | wandb); returns the run's id.
 
     mlflow options: `run_id` (log into that run), `experiment` (name), `tracking_uri`. Without `run_id` the active
-    run is used, else a new run named after the job.
+    run is used (a child run of it when it already holds another job's figures), else a new run named after the job.
     wandb options: `project`, `entity`, `mode` ("offline" as WANDB_MODE would), `dir`, `run_id` (resume that run).
     """
     if to == "mlflow":
@@ -132,10 +132,17 @@ def log_to_mlflow(report: Mapping[str, Any], html: str | None = None, *, run_id:
         mlflow.set_tracking_uri(tracking_uri)
     if experiment:
         mlflow.set_experiment(experiment)
+    job_id = str(report.get("job_id"))
     active = mlflow.active_run()
-    nested = run_id is None and active is not None
-    run = mlflow.start_run(run_id=run_id, run_name=None if run_id or nested else str(report.get("job_id"))) \
-        if not nested else None
+    run = None  # the run this call started (and ends)
+    if run_id is not None:
+        run = mlflow.start_run(run_id=run_id)
+    elif active is None:
+        run = mlflow.start_run(run_name=job_id)
+    elif mlflow.get_run(active.info.run_id).data.params.get(PREFIX + "job_id", job_id) != job_id:
+        # the active run holds another job's figures (a decorated function called twice): one child run per job,
+        # as MLflow refuses to change a logged param
+        run = mlflow.start_run(run_name=job_id, nested=True)
     try:
         current = mlflow.active_run()
         assert current is not None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fleetprof.trackers import PREFIX, headline_metrics, headline_params
+from fleetprof.trackers import PREFIX, headline_metrics, headline_params, log_report
 from tests.trackers.wandb_offline import offline_run
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "profile/scripts"
@@ -124,3 +124,23 @@ def test_profile_block_logs_to_both_trackers_in_local_mode(repo_root: Path, tmp_
     assert set(result["runs"]) == {"mlflow", "wandb"}
     _check_mlflow(tmp_path, result["runs"]["mlflow"], report, monkeypatch)
     _check_wandb(tmp_path, report)
+
+
+def test_two_jobs_into_one_active_mlflow_run_become_child_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(run_name="user's run") as parent:
+            first = log_report({"job_id": "a", "time": {"steps": 3}}, to="mlflow")
+            second = log_report({"job_id": "b", "time": {"steps": 5}}, to="mlflow")
+    finally:
+        mlflow.set_tracking_uri("")
+    client = MlflowClient(uri)
+    assert first == parent.info.run_id  # the user's run took the first job
+    child = client.get_run(second)
+    assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert child.data.metrics[PREFIX + "steps"] == 5 and client.get_run(first).data.metrics[PREFIX + "steps"] == 3
