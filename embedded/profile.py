@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import re
 import socket
 import sys
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 from agent.config import load_settings, node_name
 from agent.run import generate_job_id, gpus_from_cuda_visible_devices
 from fleetprof.client import ApiError, Client
+from fleetprof.jobid import report_filename
 from fleetprof.profiling import ProfileOptions, ProfileResult
 
 log = logging.getLogger("fleetprof.profile")
@@ -40,11 +40,6 @@ def report_folder(options: ProfileOptions) -> Path:
         return options.output_dir
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     return Path(main_file).resolve().parent if main_file else Path.cwd()
-
-
-def report_stem(job_id: str) -> str:
-    """`fleetprof-<job id>`, the id's characters a file name cannot hold (`slurm:42`) as `_`."""
-    return "fleetprof-" + re.sub(r"[^A-Za-z0-9._-]", "_", job_id)
 
 
 def _script_name() -> str | None:
@@ -207,8 +202,8 @@ class Block:
                 html = self.transport.report_html(self.job_id)
                 folder = report_folder(self.options)
                 folder.mkdir(parents=True, exist_ok=True)
-                stem = report_stem(self.job_id)
-                json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
+                json_path = folder / report_filename(self.job_id, "json")
+                html_path = folder / report_filename(self.job_id, "html")
                 import json
 
                 json_path.write_text(json.dumps(report, indent=1) + "\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -14,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetprof.api_models import CompareOut, JobList, JobRead
-from fleetprof.jobid import job_path
+from fleetprof.jobid import job_path, report_filename
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
@@ -148,12 +147,6 @@ def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, setti
                          None, None)
         return HTMLResponse(render_report_html(report, series), headers=headers)
     return JSONResponse(report, headers=headers)
-
-
-def report_filename(job_id: str, fmt: str) -> str:
-    """`fleetprof-<job id>.<json|html>`, the id's characters a file name cannot hold (`slurm:42`) as `_` (the name
-    `fleetprof.profile()` writes in local mode)."""
-    return "fleetprof-" + re.sub(r"[^A-Za-z0-9._-]", "_", job_id) + f".{fmt}"
 
 
 POINTS_DOC = ("at most this many points per GPU: each time bucket's minimum at its first sample and maximum at its "
