@@ -83,9 +83,14 @@ def run(args: argparse.Namespace) -> int:
                 chosen = [t for t in traces if t["trace_id"] == trace_id]
                 if not chosen:
                     raise CliError(f"job {job_id} has no trace {trace_id} (see `fleetprof download {job_id}`)")
-            paths = [_write(api.download_trace(job_id, t["trace_id"], format=args.format), args.output,
-                            f"trace-{t['trace_id']}", single=len(chosen) == 1)
-                     for t in chosen]
+            paths = []
+            for t in chosen:
+                got = api.download_trace(job_id, t["trace_id"], format=args.format)
+                if len(chosen) > 1 and got.filename and sum(x.get("filename") == t.get("filename")
+                                                            for x in chosen) > 1:
+                    # ranks uploaded under one name: each file keeps its trace id, none overwrites another
+                    got = Download(got.content, got.media_type, f"{t['trace_id']}-{got.filename}")
+                paths.append(_write(got, args.output, f"trace-{t['trace_id']}", single=len(chosen) == 1))
     for p in paths:
         print(p)
     return 0

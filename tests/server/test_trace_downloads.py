@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import pickle
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,15 @@ def test_download_cli_round_trip(cli_env, live_server, make_token, tmp_path):
     paths = sorted(map(Path, cli("download", "cli-dl", "report", "-o", str(out)).stdout.split()))
     assert [p.name for p in paths] == ["fleetprof-cli-dl.html", "fleetprof-cli-dl.json"]
     assert __import__("json").loads(paths[1].read_text())["job_id"] == "cli-dl"
+    # two ranks uploaded under one file name: both come back, neither overwrites the other
+    ranks = [KINETO / "hta/trace_filter/sampled_rank-0.json.gz", KINETO / "hta/trace_filter/sampled_rank-1.json.gz"]
+    for i, src in enumerate(ranks):
+        (tmp_path / f"r{i}").mkdir()
+        shutil.copy(src, tmp_path / f"r{i}" / "trace.json.gz")
+        cli("import-trace", "cli-ranks", str(tmp_path / f"r{i}" / "trace.json.gz"))
+    both = [Path(p) for p in cli("download", "cli-ranks", "kineto", "-o", str(tmp_path / "ranks")).stdout.split()]
+    assert len(both) == 2 and len({p.name for p in both}) == 2
+    assert sorted(p.read_bytes() for p in both) == sorted(p.read_bytes() for p in ranks)
     bad = subprocess.run([sys.executable, "-m", "fleetprof.cli", "download", "cli-dl", "999999"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "no trace 999999" in bad.stderr
