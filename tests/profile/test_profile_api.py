@@ -144,3 +144,32 @@ def test_a_nested_block_leaves_the_steps_to_the_outer_one(repo_root: Path, tmp_p
     assert (outer["hooks"], inner["hooks"]) == (True, False)
     assert json.loads(Path(outer["json"]).read_text())["time"]["steps"] == 9
     assert json.loads(Path(inner["json"]).read_text())["time"]["steps"] is None
+
+
+UNREACHABLE = """
+import json, socket
+import torch
+import fleetprof
+
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()  # nothing listens there
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with fleetprof.profile(job_id="unreachable-1", server_url=f"http://127.0.0.1:{port}", token="fp_x") as p:
+    for _ in range(5):
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+print(json.dumps({"mode": p.result.mode, "state": p.result.state}))
+"""
+
+
+def test_an_unreachable_server_never_stops_the_block(repo_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "unreachable.py"
+    script.write_text(UNREACHABLE)
+    out = subprocess.run([sys.executable, str(script)], env=_bare_env(repo_root), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["mode"] == "server" and result["state"] == "finished"
+    assert "not registered" in out.stderr  # said once, as a warning
+    assert not list(tmp_path.glob("fleetprof-*"))
