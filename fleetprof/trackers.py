@@ -105,6 +105,8 @@ def log_report(report: Mapping[str, Any], html: str | None = None, *, to: str, *
     mlflow options: `run_id` (log into that run), `experiment` (name), `tracking_uri`. Without `run_id` the active
     run is used (a child run of it when it already holds another job's figures), else a new run named after the job.
     wandb options: `project`, `entity`, `mode` ("offline" as WANDB_MODE would), `dir`, `run_id` (resume that run).
+    Without `run_id` the active run is used (a new run beside it when it already holds another job's figures), else
+    a new run named after the job.
     """
     if to == "mlflow":
         return log_to_mlflow(report, html, **options)
@@ -166,11 +168,14 @@ def log_to_wandb(report: Mapping[str, Any], html: str | None = None, *, project:
         raise CliError("logging to Weights & Biases needs the wandb extra: pip install 'fleetprof[wandb]'") from None
     if mode not in (None, "online", "offline", "disabled"):
         raise ValueError(f"W&B mode {mode!r}: online, offline or disabled")
+    job_id = str(report.get("job_id"))
     active = wandb.run
-    own = active is None or run_id is not None
+    # the active run holds another job's figures (a decorated function called twice): a run of its own for this job
+    other_job = active is not None and active.config.get(PREFIX + "job_id", job_id) != job_id
+    own = active is None or run_id is not None or other_job
     run: Any = wandb.init(project=project, entity=entity, mode=mode, dir=dir, id=run_id,  # type: ignore[arg-type]
-                          resume="allow" if run_id else None, name=str(report.get("job_id")),
-                          config=headline_params(report)) if own else active
+                          resume="allow" if run_id else None, name=job_id, config=headline_params(report),
+                          reinit="create_new" if active is not None else None) if own else active
     try:
         run.config.update(headline_params(report), allow_val_change=True)
         run.summary.update(headline_metrics(report))

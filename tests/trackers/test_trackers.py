@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fleetprof.trackers import PREFIX, headline_metrics, headline_params, log_report
-from tests.trackers.wandb_offline import offline_run
+from tests.trackers.wandb_offline import offline_run, offline_runs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "profile/scripts"
 
@@ -144,3 +144,29 @@ def test_two_jobs_into_one_active_mlflow_run_become_child_runs(tmp_path: Path, m
     child = client.get_run(second)
     assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert child.data.metrics[PREFIX + "steps"] == 5 and client.get_run(first).data.metrics[PREFIX + "steps"] == 3
+
+
+WANDB_TWO_JOBS = """
+import wandb
+from fleetprof.trackers import log_report
+
+user = wandb.init(project="p", name="user-run")
+first = log_report({"job_id": "a", "time": {"steps": 3}}, to="wandb")
+second = log_report({"job_id": "b", "time": {"steps": 5}}, to="wandb")
+assert first == user.id != second and wandb.run is user, (first, second, user.id)
+user.finish()
+"""
+
+
+def test_two_jobs_into_one_active_wandb_run_get_a_run_each(repo_root: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETPROF_", "WANDB_"))}
+    env.update(_tracker_env(tmp_path), PYTHONPATH=str(repo_root))
+    work = tmp_path / "work"  # not tmp_path: a `wandb` folder in the working directory would shadow the package
+    work.mkdir()
+    out = subprocess.run([sys.executable, "-c", WANDB_TWO_JOBS], env=env, cwd=work, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = {r["name"]: r for r in offline_runs(tmp_path)}
+    assert set(runs) == {"user-run", "b"}
+    assert runs["user-run"]["summary"][PREFIX + "steps"] == 3 and runs["user-run"]["config"][PREFIX + "job_id"] == "a"
+    assert runs["b"]["summary"][PREFIX + "steps"] == 5 and runs["b"]["config"][PREFIX + "job_id"] == "b"

@@ -43,16 +43,27 @@ def records(path: Path) -> Iterator[Any]:
 
 
 def offline_run(wandb_dir: Path) -> dict[str, Any]:
-    """The one offline run under `wandb_dir`: its summary, config, history rows and artifacts (name, type, files)."""
-    (path,) = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
-    out: dict[str, Any] = {"summary": {}, "config": {}, "history": [], "artifacts": []}
+    """The one offline run under `wandb_dir`."""
+    (run,) = offline_runs(wandb_dir)
+    return run
+
+
+def offline_runs(wandb_dir: Path) -> list[dict[str, Any]]:
+    """The offline runs under `wandb_dir`, each with its name, summary, config, history rows and artifacts."""
+    return [_read(path) for path in sorted(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))]
+
+
+def _read(path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": None, "summary": {}, "config": {}, "history": [], "artifacts": []}
 
     def key(item: Any) -> str:
         return item.key or "/".join(item.nested_key)
 
     for rec in records(path):
         kind = rec.WhichOneof("record_type")
-        if kind == "summary":
+        if kind == "run":
+            out["name"] = rec.run.display_name
+        elif kind == "summary":
             out["summary"].update({key(u): json.loads(u.value_json) for u in rec.summary.update})
         elif kind == "config":
             out["config"].update({key(u): json.loads(u.value_json) for u in rec.config.update})
