@@ -9,6 +9,7 @@ the block's own exception always goes on to the caller.
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import os
 import socket
@@ -202,14 +203,13 @@ class Block:
                 html = self.transport.report_html(self.job_id)
                 folder = report_folder(self.options)
                 folder.mkdir(parents=True, exist_ok=True)
-                json_path = folder / report_filename(self.job_id, "json")
-                html_path = folder / report_filename(self.job_id, "html")
-                import json
-
-                json_path.write_text(json.dumps(report, indent=1) + "\n")
-                html_path.write_text(html)
+                written_json = folder / report_filename(self.job_id, "json")
+                written_html = folder / report_filename(self.job_id, "html")
+                written_json.write_text(json.dumps(report, indent=1) + "\n")
+                written_html.write_text(html)
+                json_path, html_path = written_json, written_html  # the result names only files that exist
                 log.info("fleetprof.profile: report of job %s written to %s and %s", self.job_id, json_path,
-                            html_path.name)
+                         html_path.name)
             if self.options.log_to and self._registered:
                 if report is None:  # server mode: the report as the server has it now
                     report = self.transport.report_json(self.job_id, refresh=True)

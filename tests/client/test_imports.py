@@ -12,7 +12,8 @@ MODULES = ["fleetprof.client", "fleetprof.report", "fleetprof.protocol", "fleetp
            "fleetprof.commands.rightsizing", "fleetprof.commands.replay", "fleetprof.commands.import_trace",
            "fleetprof.commands.estimate", "fleetprof.cli", "fleetprof.profiling",
            "fleetprof.trackers", "fleetprof.commands.download"]
-HEAVY = ("server", "agent", "dashboard", "embedded", "fastapi", "sqlalchemy", "dash", "celery", "torch", "numpy")
+HEAVY = ("server", "agent", "dashboard", "embedded", "fastapi", "sqlalchemy", "dash", "celery", "torch", "numpy",
+         "mlflow", "wandb")
 
 
 def test_sdk_and_client_commands_import_only_the_bare_package(repo_root: Path) -> None:
