@@ -173,3 +173,37 @@ def test_an_unreachable_server_never_stops_the_block(repo_root: Path, tmp_path: 
     assert result["mode"] == "server" and result["state"] == "finished"
     assert "not registered" in out.stderr  # said once, as a warning
     assert not list(tmp_path.glob("fleetprof-*"))
+
+
+OOM_SCRIPT = """
+import json
+import torch
+import fleetprof
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+block = fleetprof.profile(name="oom")
+try:
+    with block:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+except torch.OutOfMemoryError:
+    pass
+print(json.dumps({"state": block.result.state, "json": str(block.result.report_json_path)}))
+"""
+
+
+def test_an_out_of_memory_error_marks_the_job_oom(repo_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "oom.py"
+    script.write_text(OOM_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], env=_bare_env(repo_root), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["state"] == "oom"
+    report = json.loads(Path(result["json"]).read_text())
+    assert report["state"] == "oom" and report["time"]["steps"] == 3
+    assert report["memory"]["oom_detected"] is True
