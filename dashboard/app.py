@@ -18,6 +18,7 @@ from flask import request
 
 from dashboard.client import ApiClient, ApiError
 from dashboard.components import APP_CONFIG_KEY, is_operator
+from dashboard.downloads import install_downloads
 from dashboard.session import AuthStore, clear_session, fingerprint, install_token_exchange, request_token
 
 PAGE_MODULES = ("signin", "fleet", "nodes", "jobs", "job", "estimate", "compare")
@@ -45,6 +46,7 @@ def create_dash_app(api_url: str, token: str | None = None, *, refresh_s: float 
     _ensure_dash_context()
     _install_security_headers(app.server)
     install_token_exchange(app.server)
+    install_downloads(app.server)
     for name in PAGE_MODULES:  # pages: once per process (a global registry); callbacks: once per app
         module = importlib.import_module(f"dashboard.pages.{name}")
         if module.__name__ not in dash.page_registry:

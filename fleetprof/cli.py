@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("fleetprof.commands.replay", "send a recorded telemetry file through the ingest API"),
     "capture": ("fleetprof.commands.capture", "ask a running job for a live capture (Kineto or allocator trace)"),
     "import-trace": ("fleetprof.commands.import_trace", "upload a Kineto trace or CUDA memory snapshot for a job"),
+    "download": ("fleetprof.commands.download",
+                 "a job's artefacts as files: Kineto traces (Perfetto), snapshots (memory_viz), the report"),
     "estimate": ("embedded.estimate", "pre-training memory/time/energy estimate"),
     "completion": ("fleetprof.completion", "print a shell completion script: `fleetprof completion bash|zsh`"),
 }

@@ -25,12 +25,14 @@ import gzip
 import json
 import logging
 import random
+import re
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
@@ -92,6 +94,26 @@ class Response:
     status: int
     body: Any  # parsed JSON where the answer is JSON, else its text
     server_date_epoch_s: float | None  # the answer's `Date` header (the shipper's clock-skew estimate)
+
+
+@dataclass(frozen=True)
+class Download:
+    """A downloaded file: `content` byte for byte as the server sent it (no decompression)."""
+
+    content: bytes
+    media_type: str
+    filename: str | None  # from Content-Disposition
+
+
+def _attachment_name(value: str | None) -> str | None:
+    """The file name of `attachment; filename="x"` (or `filename*=utf-8''x`), its folder parts removed."""
+    if not value:
+        return None
+    m = re.search(r"filename\*=(?:utf-8|UTF-8)''([^;]+)", value) or re.search(r'filename="([^"]*)"', value)
+    if not m:
+        return None
+    name = unquote(m.group(1)).replace("\\", "/").rsplit("/", 1)[-1]
+    return name if name not in ("", ".", "..") else None
 
 
 def retry_delay_s(exc: ApiError, attempt: int, *, base_s: float = 0.5, max_s: float = 60.0,
@@ -359,6 +381,32 @@ class Client:
                                   content_type="application/gzip", params={"filename": filename, "rank": rank},
                                   compress=False, progress=progress).body
         return body
+
+    def traces(self, job_id: str) -> list[Json]:
+        """GET /api/v1/jobs/{job_id}/traces: the job's stored traces and snapshots (trace_id, kind, filename, rank,
+        size_bytes, sha256, download_path, download_formats)."""
+        body: Json = self.get_json(job_path(job_id, "traces"))
+        traces: list[Json] = body["traces"]
+        return traces
+
+    def download_trace(self, job_id: str, trace_id: int, *, format: str | None = None) -> Download:
+        """GET /api/v1/jobs/{job_id}/traces/{trace_id}: a Kineto trace as uploaded, a snapshot as torch's pickle
+        (`format`: original, json, pickle; default by kind)."""
+        return self.download(job_path(job_id, "traces", str(trace_id)), format=format)
+
+    def download(self, path: str, **params: Any) -> Download:
+        """A GET whose answer is a file: its bytes as sent, its content type and the name the server gave it."""
+        try:
+            resp = self._http.request("GET", self.server_url + path, headers=self._headers(),
+                                      params=_present(params))
+        except httpx.HTTPError as exc:
+            raise ApiError(None, f"unreachable at {self.server_url}: {exc.__class__.__name__}: {exc}",
+                           method="GET", path=path) from exc
+        if resp.status_code >= 400:
+            raise ApiError(resp.status_code, _detail(resp), method="GET", path=path,
+                           retry_after_s=_retry_after_s(resp.headers.get("Retry-After")))
+        return Download(resp.content, resp.headers.get("Content-Type", "").split(";")[0],
+                        _attachment_name(resp.headers.get("Content-Disposition")))
 
     # ------------------------------------------------------------------------------------------ live captures
     def captures(self, job_id: str, *, state: str | None = None) -> list[Capture]:

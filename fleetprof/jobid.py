@@ -69,6 +69,12 @@ def path_segment(job_id: str) -> str:
     return quote(job_id, safe=":@+=")
 
 
+def report_filename(job_id: str, extension: str) -> str:
+    """`fleetprof-<job id>.<extension>`, the id's characters a file name cannot hold (`slurm:42`, `k8s:ml/x`) as `_`:
+    the report's name in local mode (`fleetprof.profile()`) and in the API's `?download=true` attachment."""
+    return "fleetprof-" + re.sub(r"[^A-Za-z0-9._-]", "_", job_id) + f".{extension}"
+
+
 def job_path(job_id: str, *rest: str) -> str:
     """The REST path of a job or one of its resources: `job_path(id, "report")` -> `/api/v1/jobs/<id>/report`."""
     return "/".join(("/api/v1/jobs", path_segment(job_id), *rest))

@@ -14,7 +14,8 @@ Output schema `fleetprof.snapshot.v1` (read by `server.analysis.traces.snapshot.
                                "requested_size_bytes": int|null,   # before the allocator rounded it
                                "state": "active_allocated"|"active_pending_free"|"inactive"}]}],
      "events": [{"device": int, "action": str, "addr": int|null, "size_bytes": int,
-                 "stream": int|null, "time_us": int|null}],          # per device, in allocator order
+                 "stream": int|null, "time_us": int|null,
+                 "device_free_bytes": int|null}],   # oom events only; per device, in allocator order
      "dropped": {"frames": bool, "unknown_actions": int}}
 
 `events` are torch's `device_traces` flattened (actions alloc, free_requested, free_completed,
@@ -95,16 +96,17 @@ def snapshot_to_json(
             if not isinstance(entry, Mapping) or entry.get("action") not in ACTIONS:
                 unknown += 1
                 continue
-            events.append(
-                {
-                    "device": device,
-                    "action": entry["action"],
-                    "addr": _int_or_none(entry.get("addr")),
-                    "size_bytes": _int(entry.get("size", 0), "trace size"),
-                    "stream": _int_or_none(entry.get("stream")),
-                    "time_us": _int_or_none(entry.get("time_us")),
-                }
-            )
+            event = {
+                "device": device,
+                "action": entry["action"],
+                "addr": _int_or_none(entry.get("addr")),
+                "size_bytes": _int(entry.get("size", 0), "trace size"),
+                "stream": _int_or_none(entry.get("stream")),
+                "time_us": _int_or_none(entry.get("time_us")),
+            }
+            if entry["action"] == "oom":  # what the device had free when the allocation failed (memory_viz shows it)
+                event["device_free_bytes"] = _int_or_none(entry.get("device_free"))
+            events.append(event)
     return {
         "format": SNAPSHOT_FORMAT,
         "segments": segments,

@@ -133,8 +133,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     app.include_router(health_router)
-    # captures before jobs: the jobs router's catch-all `GET /jobs/{job_id}/{rest}` answers 404
-    for r in (ingest_router, captures_router, jobs_router, recurring_router, traces_router, nodes_router, fleet_router,
+    # captures and traces before jobs: the jobs router's catch-all `GET /jobs/{job_id}/{rest}` answers 404
+    for r in (ingest_router, captures_router, traces_router, jobs_router, recurring_router, nodes_router, fleet_router,
               fleet_views_router, estimate_router):
         app.include_router(r, responses=API_ERROR_RESPONSES)  # all authenticated: 401/403/404/422/429 as Problem
 

@@ -433,3 +433,40 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         prof.install(send_job_start=announce and multiprocessing.parent_process() is None)
         _current = prof
         return prof
+
+
+def install_block(job_id: str, transport: Client, settings: AgentSettings | None = None) -> Profiler | None:
+    """The hooks for a `fleetprof.profile()` block: what `install` sets up, sending to `transport`, without the
+    process hooks (the block ends them itself: `uninstall`). None when the hooks are off, or when this process is
+    already profiled (`fleetprof run`, an enclosing block): its profiler keeps counting the steps."""
+    global _current
+    settings = settings or AgentSettings()
+    level = settings.hooks_level if settings.hooks_level in LEVELS else "default"
+    if level == "off":
+        return None
+    with _install_lock:
+        if _current is not None:
+            log.info("fleetprof hooks: this process is already profiled as job %r; the block adds none",
+                     _current.job_id)
+            return None
+        prof = Profiler(job_id=job_id, sender=EventSender(transport), level=level,
+                        layer_every=1 if level == "layers" else settings.hooks_layer_every,
+                        alloc_trace_steps=settings.hooks_alloc_trace_steps,
+                        profile_steps=settings.hooks_profile_steps,
+                        capture_poll_s=settings.hooks_capture_poll_s)
+        prof.install(process_hooks=False)
+        _current = prof
+        return prof
+
+
+def uninstall(prof: Profiler, *, exc: BaseException | None = None, timeout_s: float = 30.0) -> None:
+    """End a block's hooks: report an out-of-memory error that ended it, flush (waiting at most `timeout_s`)."""
+    global _current
+    try:
+        if isinstance(exc, _OOM_TYPES) and prof.enabled:
+            prof.send_oom(exc)
+        prof.close(timeout_s)
+    finally:
+        with _install_lock:
+            if _current is prof:
+                _current = None

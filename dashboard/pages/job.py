@@ -29,8 +29,10 @@ from dashboard import data, figures
 from dashboard import format as fmt
 from dashboard.client import ApiError, gather
 from dashboard.components import by_suffix, client_for, error_box, kpi, section, table
+from dashboard.downloads import report_href, trace_href
 from dashboard.pages.compare import characterization_href, compare_href
 from dashboard.session import AuthStore
+from fleetprof import units
 from fleetprof.api_models import Capture, JobRead
 from fleetprof.jobid import job_id_problem
 from fleetprof.report import CaptureEntry, JobReport, ProcessMemory, TimeBreakdown
@@ -364,6 +366,20 @@ def processes_section(report: JobReport) -> html.Section:
                          empty="no per-process rows: the agent did not list the GPUs' processes"))
 
 
+def downloads_section(job_id: str, traces: list[dict[str, Any]]) -> html.Section:
+    """Links to the report and each stored trace as files other tools open (dashboard/downloads.py)."""
+    items = [html.Li([html.A("report (JSON)", href=report_href(job_id, "json"), id="job-download-report-json"),
+                      " · ", html.A("report (HTML)", href=report_href(job_id, "html"))])]
+    for t in traces:
+        what = ("Kineto trace (Perfetto, TensorBoard)" if t.get("kind") == "kineto"
+                else "memory snapshot (pytorch.org/memory_viz)")
+        rank = f", rank {t['rank']}" if t.get("rank") is not None else ""
+        items.append(html.Li([html.A(t.get("filename") or f"trace {t['trace_id']}",
+                                     href=trace_href(job_id, int(t["trace_id"])), className="job-download-trace"),
+                              f" — {what}{rank}, {units.size(t.get('size_bytes'))}"]))
+    return section("Downloads", html.Ul(items, id="job-downloads"))
+
+
 def sources_section(report: JobReport) -> html.Section:
     # the keys the report holds: a figure whose source was never set is not listed as unknown
     named = report.sources.model_dump(by_alias=True, exclude_unset=True)
@@ -497,7 +513,8 @@ def register_callbacks(app: dash.Dash) -> None:
     def _report(job_id: str, auth: AuthStore | None):
         try:
             with client_for(auth) as c:
-                job_doc, report_doc = gather(lambda: c.job(job_id), lambda: c.report_json(job_id))
+                job_doc, report_doc, traces = gather(lambda: c.job(job_id), lambda: c.report_json(job_id),
+                                                     lambda: c.traces(job_id))
             for answer in (job_doc, report_doc):
                 if isinstance(answer, ApiError):
                     raise answer
@@ -508,7 +525,9 @@ def register_callbacks(app: dash.Dash) -> None:
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    optimization_section(report), framework_section(report), layers_section(report),
                    gpus_section(report),
-                   processes_section(report), sources_section(report)]
+                   processes_section(report), sources_section(report),
+                   downloads_section(job_id, [] if isinstance(traces, ApiError)  # the report links still help
+                                     else cast(list[dict[str, Any]], traces))]
         title = [job_id, html.Span(f" · {job.name}", className="muted")] if job.name else job_id
         layers = figures.layer_time_bars(report.time.layers)
         return summary_section(job, report), [d for d in details if d is not None], title, layers

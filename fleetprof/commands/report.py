@@ -1,4 +1,6 @@
-"""`fleetprof report JOB_ID [--format table|json|html]`: a job's characterization."""
+"""`fleetprof report JOB_ID [--format table|json|html] [--to mlflow|wandb]`: a job's characterization; `--to` also
+logs its headline figures and the report (JSON, HTML) to MLflow or Weights & Biases (fleetprof/trackers.py; the
+trackers' own settings, e.g. MLFLOW_TRACKING_URI, WANDB_MODE, apply)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from fleetprof.commands.common import add_server_arguments, api_client, checked_
 from fleetprof.commands.tables import recommendation_lines, record_lines, section_lines
 from fleetprof.errors import CliError
 from fleetprof.output import json_text
+from fleetprof.trackers import TRACKERS, log_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["table", "json", "html"], default="table")
     parser.add_argument("--refresh", action="store_true", help="recompute now instead of a cached report")
     parser.add_argument("--output", "-o", help="write to this file instead of stdout")
+    parser.add_argument("--to", action="append", choices=TRACKERS, default=[],
+                        help="also log the headline figures and the report to this tracker (repeatable)")
+    parser.add_argument("--project", help="with --to: the MLflow experiment / W&B project (default: the tracker's)")
     add_server_arguments(parser)
 
 
@@ -44,11 +50,22 @@ def format_table(report: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     job_id = checked_job_id(args.job_id)
     with api_client(args.server, args.token) as api:
+        html = report = None
+        if args.format == "html" or args.to:
+            html = api.report_html(job_id, refresh=args.refresh)
+        if args.format != "html" or args.to:  # after the HTML: the same (recomputed) report, not a second one
+            report = api.report_json(job_id, refresh=args.refresh and html is None)
         if args.format == "html":
-            text = api.report_html(job_id, refresh=args.refresh)
+            assert html is not None
+            text = html
         else:
-            report = api.report_json(job_id, refresh=args.refresh)
+            assert report is not None
             text = json_text(report) if args.format == "json" else format_table(report)
+    for tracker in dict.fromkeys(args.to):
+        assert report is not None
+        options = {"experiment": args.project} if tracker == "mlflow" else {"project": args.project}
+        run_id = log_report(report, html, to=tracker, **{k: v for k, v in options.items() if v})
+        print(f"logged job {job_id} to {tracker}: run {run_id}", file=sys.stderr)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from fleetprof.api_models import CharacterizationOut, CompareOut, JobList, JobRead, ProjectionOut
 from fleetprof.fingerprint import FINGERPRINT_PATTERN
-from fleetprof.jobid import job_path
+from fleetprof.jobid import job_path, report_filename
 from fleetprof.protocol import SAMPLE_FIELD_NAMES
 from fleetprof.report import JobReport
 from fleetprof.units import unit_symbol
@@ -172,14 +172,17 @@ def get_job(job_id: str, principal: JobReaderAuth, session: SessionDep) -> JobRe
             responses={**JOB_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
             summary="The job's characterization (JSON, or ?format=html for a standalone page)")
 def get_report(job_id: str, principal: JobReaderAuth, session: SessionDep, settings: SettingsDep,
-               format: Literal["json", "html"] = "json", refresh: bool = False) -> Any:
+               format: Literal["json", "html"] = "json", refresh: bool = False,
+               download: bool = Query(False, description="as an attachment: fleetprof-<job id>.json / .html")) -> Any:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     report = report_store.get_report(session, job, settings, refresh=refresh)
+    headers = ({"Content-Disposition": f'attachment; filename="{report_filename(job.job_id, format)}"'}
+               if download else None)
     if format == "html":
         series = _series(session, job, dict.fromkeys(("memory_used_bytes", "power_w", "gpu_util_pct"), 600),
                          None, None)
-        return HTMLResponse(render_report_html(report, series))
-    return JSONResponse(report)
+        return HTMLResponse(render_report_html(report, series), headers=headers)
+    return JSONResponse(report, headers=headers)
 
 
 POINTS_DOC = ("at most this many points per GPU: each time bucket's minimum at its first sample and maximum at its "

@@ -1,20 +1,25 @@
-"""POST /api/v1/jobs/{job_id}/traces: upload a Kineto trace or a snapshot converted to JSON."""
+"""POST /api/v1/jobs/{job_id}/traces: upload a Kineto trace or a snapshot converted to JSON; GET lists a job's
+traces and GET .../traces/{trace_id} downloads one as other tools open it (issue #22)."""
 
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
 
+from fleetprof.jobid import job_path
 from server.captures import service as capture_service
 from server.db import session_scope
-from server.deps import EventWriterAuth, SettingsDep
+from server.deps import EventWriterAuth, JobReaderAuth, SessionDep, SettingsDep
 from server.errors import DomainError, PayloadTooLarge
 from server.job_paths import JOB
 from server.jobs import service as job_service
+from server.models.base import to_epoch
 from server.traces import service as trace_service
-from server.traces.schemas import TraceRead
+from server.traces.schemas import TraceItem, TraceList, TraceRead
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["traces"])
 
@@ -91,3 +96,47 @@ async def upload_trace(job_id: str, request: Request, principal: EventWriterAuth
         return await run_in_threadpool(work)
     finally:
         tmp.unlink(missing_ok=True)  # moved into place on success; removed on any failure
+
+
+@router.get(f"{JOB}/traces", response_model=TraceList, responses={401: {}, 403: {}, 404: {}},
+            summary="A job's stored traces and snapshots, with their download paths")
+def list_traces(job_id: str, principal: JobReaderAuth, session: SessionDep) -> TraceList:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    items = []
+    for t in trace_service.list_traces(session, job=job):
+        formats = ["pickle", "json", "original"] if t.kind == "snapshot" else ["original", "json"]
+        items.append(TraceItem(trace_id=t.id, kind=t.kind, filename=t.filename, rank=t.rank, size_bytes=t.size_bytes,
+                               sha256=t.sha256, uploaded_at=to_epoch(t.uploaded_at) or 0.0,
+                               download_path=job_path(job.job_id, "traces", str(t.id)),
+                               download_formats=formats))
+    return TraceList(traces=items)
+
+
+DOWNLOAD_CONTENT = {"application/json": {"schema": {"type": "object"}},
+                    "application/gzip": {"schema": {"type": "string", "format": "binary"}},
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get(f"{JOB}/traces/{{trace_id}}", response_class=Response,
+            responses={200: {"content": DOWNLOAD_CONTENT, "description": "the artefact, as an attachment"},
+                       401: {}, 403: {}, 404: {}, 422: {}},
+            summary="Download a trace: Kineto as uploaded (Perfetto, TensorBoard), a snapshot as torch's pickle "
+                    "(memory_viz) or JSON")
+def download_trace(job_id: str, trace_id: Annotated[int, Path(ge=1, le=2**63 - 1)], principal: JobReaderAuth,
+                   session: SessionDep, settings: SettingsDep,
+                   format: str | None = Query(None, max_length=20, description=(
+                       "original (as stored), json, or pickle (snapshots: what torch.cuda.memory._dump_snapshot "
+                       "writes); default: pickle for a snapshot, original for a Kineto trace")),
+                   ) -> Response:
+    job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
+    trace = trace_service.get_trace(session, job=job, trace_id=trace_id)
+    fmt = format or ("pickle" if trace.kind == "snapshot" else "original")
+    if fmt == "json" and trace.kind == "kineto":
+        fmt = "original"  # a Kineto trace is JSON already (gzip when uploaded so: browsers and Perfetto open both)
+    art = trace_service.download(trace, job_id=job.job_id, blob_dir=settings.blob_dir, fmt=fmt,
+                                 max_trace_bytes=settings.max_trace_bytes)
+    if art.path is not None:
+        return FileResponse(art.path, media_type=art.media_type, filename=art.filename,
+                            headers={"X-Content-Type-Options": "nosniff"})
+    return Response(art.body or b"", media_type=art.media_type,
+                    headers={"Content-Disposition": f'attachment; filename="{art.filename}"'})

@@ -11,6 +11,8 @@ import gzip
 import hashlib
 import logging
 import os
+import pickle
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,8 @@ from server.analysis.traces.kineto import StepTime, summarize_trace
 from server.analysis.traces.module_spans import read_module_spans
 from server.analysis.traces.reader import GZIP_MAGIC, TraceFormatError, TraceTooLargeError, open_trace
 from server.analysis.traces.snapshot import SnapshotFormatError, parse_snapshot_json
-from server.errors import Conflict, InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from server.analysis.traces.snapshot_export import to_torch_snapshot
+from server.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
 from server.models import Job, Trace
 
 log = logging.getLogger(__name__)
@@ -204,3 +207,62 @@ def discard_unreferenced_blob(session: Session, *, blob_dir: Path, key: str) -> 
     blob is named by its job and hash (blob_key), so one an identical upload committed keeps its file."""
     if session.scalars(select(Trace.id).where(Trace.blob_key == key).limit(1)).first() is None:
         (blob_dir / key).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------ downloads (issue #22)
+DOWNLOAD_FORMATS = ("original", "json", "pickle")
+
+
+@dataclass(frozen=True)
+class Download:
+    """An artefact as a client opens it elsewhere: a file on disk (sent as stored) or bytes built for the request."""
+
+    media_type: str
+    filename: str
+    path: Path | None = None
+    body: bytes | None = None
+
+
+def list_traces(session: Session, *, job: Job) -> list[Trace]:
+    return list(session.scalars(select(Trace).where(Trace.job_pk == job.id).order_by(Trace.id)))
+
+
+def get_trace(session: Session, *, job: Job, trace_id: int) -> Trace:
+    trace = session.scalars(select(Trace).where(Trace.job_pk == job.id, Trace.id == trace_id)).first()
+    if trace is None:  # another job's trace is not found either: ids are not a way into other jobs
+        raise NotFound(f"job {job.job_id!r} has no trace {trace_id}")
+    return trace
+
+
+def _safe_name(name: str) -> str:
+    """A file name for Content-Disposition: letters, digits, '.', '_', '-' (the rest as '_'), at most 200."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200].lstrip(".") or "trace"
+
+
+def download(trace: Trace, *, job_id: str, blob_dir: Path, fmt: str, max_trace_bytes: int) -> Download:
+    """A Kineto trace as uploaded (byte for byte: Perfetto and TensorBoard open `.json` and `.json.gz`); a snapshot
+    as the pickle `torch.cuda.memory._dump_snapshot` writes (`pickle`, the default: memory_viz opens it) or as the
+    stored JSON (`json`). `original` is what was stored, whatever the kind."""
+    if fmt not in DOWNLOAD_FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(DOWNLOAD_FORMATS)}")
+    path = blob_dir / trace.blob_key
+    if not path.is_file():
+        raise NotFound(f"trace {trace.id} of job {job_id!r}: its stored file is missing")
+    gz = trace.blob_key.endswith(".gz")
+    if trace.kind == "kineto" and fmt == "pickle":
+        raise InvalidInput("a Kineto trace downloads as it was uploaded (format original or json), not as a pickle")
+    stem = _safe_name(Path(trace.filename).name if trace.filename else f"{job_id}-trace{trace.id}")
+    if trace.kind == "snapshot" and fmt == "pickle":
+        with open_trace(path, max_bytes=max_trace_bytes) as stream:
+            doc = orjson.loads(stream.read())
+        base = stem.removesuffix(".gz").removesuffix(".json").removesuffix(".pickle")
+        # pickle.dumps of plain dicts, lists, ints and strings we built: writing a pickle runs nothing (reading
+        # one does, which is why uploads are never unpickled here)
+        return Download(media_type="application/octet-stream", filename=f"{base}.pickle",
+                        body=pickle.dumps(to_torch_snapshot(doc), protocol=4))
+    name = stem if stem.endswith((".json", ".json.gz")) else stem.removesuffix(".gz") + ".json"
+    if gz and not name.endswith(".gz"):
+        name += ".gz"
+    if not gz and name.endswith(".gz"):
+        name = name.removesuffix(".gz")
+    return Download(media_type="application/gzip" if gz else "application/json", filename=name, path=path)

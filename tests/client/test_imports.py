@@ -10,8 +10,10 @@ from pathlib import Path
 
 MODULES = ["fleetprof.client", "fleetprof.report", "fleetprof.protocol", "fleetprof.commands.report",
            "fleetprof.commands.rightsizing", "fleetprof.commands.replay", "fleetprof.commands.import_trace",
-           "fleetprof.commands.estimate", "fleetprof.cli"]
-HEAVY = ("server", "agent", "dashboard", "embedded", "fastapi", "sqlalchemy", "dash", "celery", "torch", "numpy")
+           "fleetprof.commands.estimate", "fleetprof.cli", "fleetprof.profiling",
+           "fleetprof.trackers", "fleetprof.commands.download"]
+HEAVY = ("server", "agent", "dashboard", "embedded", "fastapi", "sqlalchemy", "dash", "celery", "torch", "numpy",
+         "mlflow", "wandb")
 
 
 def test_sdk_and_client_commands_import_only_the_bare_package(repo_root: Path) -> None:

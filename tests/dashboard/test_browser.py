@@ -241,7 +241,8 @@ def hooks_job(live_server, make_token, real_data):  # type: ignore[no-untyped-de
     assert r.status_code == 200, r.text
     report = httpx.get(f"{live_server}/api/v1/jobs/hooks-job/report", params={"refresh": "true"},
                        headers=auth(team), timeout=120).json()
-    return {"team": team, "operator": operator, "t0": t0, "report": report}
+    return {"team": team, "operator": operator, "t0": t0, "report": report, "trace_bytes": len(trace),
+            "real_data": real_data}
 
 
 PLOT_JS = """
@@ -328,6 +329,17 @@ def test_job_page_has_every_part(chrome, dashboard_url, hooks_job, tmp_path) -> 
         time.sleep(0.2)
     page = target.read_text()
     assert page.startswith("<") and "hooks-job" in page and "</html>" in page
+
+    # the Downloads card: the uploaded Kineto trace comes back byte for byte through its link
+    _wait(driver, "#job-downloads", "Kineto trace")
+    link = driver.find_element(By.CSS_SELECTOR, "#job-downloads a.job-download-trace")
+    assert link.text == "df_index_resolver.json.gz"
+    link.click()
+    got = tmp_path / "df_index_resolver.json.gz"
+    deadline = time.monotonic() + 60
+    while not (got.exists() and got.stat().st_size == hooks_job["trace_bytes"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert got.read_bytes() == (hooks_job["real_data"] / ALLOCATION_TRACE).read_bytes()
     assert _console_errors(driver) == []
 
 

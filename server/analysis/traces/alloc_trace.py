@@ -256,7 +256,8 @@ def from_allocator_events(events: Sequence[Mapping[str, Any]]) -> AllocationTrac
             continue
         if size <= 0:
             continue
-        ts.append(float(e.get("time_us", len(ts))))
+        t_us = e.get("time_us")  # null in a snapshot torch built from a profile (_profile_to_snapshot): event order
+        ts.append(float(t_us) if t_us is not None else float(len(ts)))
         addrs.append(int(e.get("addr", -1)))
         nbytes.append(sign * size)
         streams.append(int(e.get("stream", -1)))
