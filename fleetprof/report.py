@@ -182,15 +182,33 @@ class InputStalls(Section):
 
 class Straggler(Section):
     rank: int | None = Field(description="from the hooks' per-rank step times")
-    gpu_uuid: str | None = Field(None, description="when found from NVML alone (not analyzed yet)")
-    median_step_s: float
-    slowdown_fraction: float
+    gpu_uuid: str | None = Field(None, description="when found from NVML alone (busy phase per iteration)")
+    median_step_s: float | None = Field(description="hooks: the rank's median step time; NVML: the job's iteration "
+                                                    "period from telemetry (null: not detected)")
+    slowdown_fraction: float = Field(description="hooks: rank median / job median - 1; NVML: the GPU's busy phase "
+                                                 "/ its peers' median - 1, median over the windows it straggled in")
+    busy_phase_s: float | None = Field(None, description="NVML: the GPU's kernel-busy time per iteration")
+    peer_busy_phase_s: float | None = Field(None, description="NVML: the peers' median busy time per iteration")
+    since_ts: float | None = Field(None, description="epoch s: start of the first window it straggled in")
+    until_ts: float | None = Field(None, description="epoch s: end of the last")
+    seconds: float | None = Field(None, description="time of the windows it straggled in")
+    window_s: float | None = Field(None, description="NVML: the analysis window (a few iterations)")
+    likely_cause: str | None = None
+    throttled_fraction: float | None = Field(None, description="share of those windows under its commonest "
+                                                               "slowdown reason")
+    sm_clock_mean_mhz: float | None = None
+    peer_sm_clock_mean_mhz: float | None = None
+    power_mean_w: float | None = None
+    peer_power_mean_w: float | None = None
+    source: str | None = None
 
 
 class Stragglers(Section):
-    ranks: int
+    ranks: int | None = Field(description="ranks seen by the hooks; null without hooks")
     median_step_s: float | None
     stragglers: list[Straggler]
+    gpus: int | None = Field(None, description="GPUs compared from NVML telemetry")
+    source: str | None = Field(None, description="hooks, nvml, or hooks+nvml")
 
 
 class LayerRow(Section):
@@ -233,7 +251,8 @@ class TimeSection(Section):
     gpu_busy_fraction: float | None
     gpu_active_sample_fraction: float | None
     input_stalls: InputStalls
-    stragglers: Stragglers | None = Field(description="from the hooks' per-rank step times; null without hooks")
+    stragglers: Stragglers | None = Field(description="from the hooks' per-rank step times and from NVML alone "
+                                                      "(gpu_uuid entries); null when neither could tell")
     gpu_util_spread_pct: float | None
     least_busy_gpu: str | None
     layers: list[LayerRow]
@@ -305,15 +324,37 @@ class Recommendation(Section):
 
 
 class HealthFinding(Section):
+    """One thing wrong with one GPU over the job's (or a fleet window's) samples. `kind`: thermal, power_cap,
+    hw_slowdown (NVML clock-event reasons; idle, application-clock and sync-boost bits are never slowdowns),
+    sm_clock_low, temperature_near_slowdown, xid, ecc_corrected, ecc_uncorrected, retired_pages,
+    retired_pages_pending, row_remap, row_remap_pending, row_remap_failed, pcie_replay, nvlink_errors."""
+
     gpu_uuid: str | None
     kind: str
-    seconds: float | None
-    fraction: float | None
+    seconds: float | None = Field(description="time the finding held (sample-and-hold); null for counted events")
+    fraction: float | None = Field(description="seconds / the time the GPU's samples cover in the window "
+                                               "(sm_clock_low: / the GPU's busy time)")
     summary: str
+    severity: Literal["critical", "warning", "info"] | None = None
+    since_ts: float | None = Field(None, description="epoch s: first sample showing it")
+    until_ts: float | None = Field(None, description="epoch s: last sample showing it")
+    episodes: int | None = Field(None, description="separate stretches of samples showing it")
+    count: int | None = Field(None, description="events or errors counted (XIDs, counter increase)")
+    xids: list[int] | None = None
+    sm_clock_mean_mhz: float | None = Field(None, description="mean SM clock while it held")
+    sm_clock_reference_mhz: float | None = Field(None, description="the SM clock it is compared with")
+    sm_clock_reference_source: str | None = None
+    sm_clock_drop_pct: float | None = Field(None, description="(1 - mean / reference) x 100: the cost in clock")
+    temperature_max_c: float | None = None
+    slowdown_temperature_c: float | None = None
+    slowdown_temperature_source: str | None = None
+    source: str | None = Field(None, description="the NVML signal it was read from")
 
 
 class HealthSection(Section):
-    findings: list[HealthFinding]
+    findings: list[HealthFinding] = Field(description="most severe first, then longest")
+    gpus_checked: int | None = None
+    gpus_with_findings: int | None = None
 
 
 # -------------------------------------------------------------------------------------------- traces, sources

@@ -19,15 +19,17 @@ from server.analysis.base.jobdata import GpuSeries, JobData, jsonable
 from server.analysis.energy import accounting as energy_mod
 from server.analysis.energy.power_limit import gpu_setting
 from server.analysis.fleet import rightsizing
+from server.analysis.health.findings import health_section
 from server.analysis.memory import usage as memory
 from server.analysis.time import timing
 
 log = logging.getLogger(__name__)
 
 # Bump whenever a figure's definition changes: cached reports of older versions are recomputed.
+# 5: health findings, stragglers from NVML alone, MFU (issue 20);
 # 4: framework section, GPU power limits, memory breakdown, fit and allocator advice (issues 17, 18);
 # 3: other jobs' ids no longer in memory.processes (issue 15)
-ANALYZER_VERSION = 4
+ANALYZER_VERSION = 5
 
 
 def job_duration_s(job: JobData, *, now: float) -> float | None:
@@ -95,6 +97,11 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     sources["energy.energy_j"] = energy.source
     sources["energy.energy_per_step_j"] = "energy/framework_steps" if energy.energy_per_step_j is not None else None
 
+    # ---- health: slowdowns, clocks, temperature, XID and error counters per GPU
+    health = health_section(job.gpus)
+    sources["health.findings"] = ("nvml:clock event reasons, clocks, temperature, XID, ECC/retired pages/row "
+                                  "remapping, PCIe replay, NVLink error counters")
+
     util = _utilization(job.gpus)
     sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util.gpu_mean_pct is not None else None
     sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util.memory_mean_pct is not None else None
@@ -118,7 +125,7 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     fw_section = framework_section(job.framework)
     framework: dict[str, Any] = {} if fw_section is None else {"framework": fw_section}  # unset without hooks
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
-                     sources=Sources.model_validate(sources), **framework,
+                     sources=Sources.model_validate(sources), **framework, health=health,
                      rightsizing_inputs=view["rightsizing_inputs"],
                      recommendations=rightsizing.job_recommendations(view))
 

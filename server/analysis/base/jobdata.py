@@ -22,6 +22,9 @@ class GpuSeries:
     ts: np.ndarray  # float64 epoch seconds, sorted
     columns: dict[str, np.ndarray]  # float64, aligned with ts, NaN = null; keys from SAMPLE_FIELDS
     power_source: str | None = None  # which NVML field fed power_w
+    # Identity facts from the agent (issue #20; None: not reported): NVML max SM clock and SLOWDOWN threshold.
+    max_sm_clock_mhz: float | None = None
+    slowdown_temperature_c: float | None = None
 
     def column(self, name: str) -> np.ndarray:
         """The named column, or all-NaN when the agent never sent it (an unsupported field)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from server.analysis.base.durations import sample_durations
 from server.analysis.base.jobdata import GpuSeries
 from server.analysis.energy.accounting import IDLE_UTIL_PCT, interval_energy
 from server.analysis.memory.usage import used_peak_series
@@ -22,20 +23,6 @@ HOUR_S = 3600.0
 ROLLUP_FIELDS = ("hour_start", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",
                  "memory_peak_bytes", "util_mean_pct")
 ENERGY_SOURCE = "energy_source"  # per hour: where its energy came from (an object column beside the fields)
-
-
-def sample_durations(ts: np.ndarray, *, max_gap_s: float | None = None) -> np.ndarray:
-    """Seconds each sample stands for (sample-and-hold), gaps capped at one typical interval."""
-    ts = np.asarray(ts, dtype=np.float64)
-    if ts.size == 0:
-        return ts.copy()
-    if ts.size == 1:
-        return np.zeros(1)
-    dt = np.diff(ts)
-    typical = float(np.median(dt))
-    cap = max_gap_s if max_gap_s is not None else 5.0 * typical
-    dt = np.where(dt > cap, typical, dt)
-    return np.concatenate([dt, [typical]])
 
 
 @dataclass
