@@ -263,6 +263,10 @@ class FrameworkInfoEvent(_EventBase):
     device_memory_source: Literal["cuda_device", "host_memory"] | None = None
     # The PYTORCH_CUDA_ALLOC_CONF the process runs with on CUDA ("" = PyTorch's defaults); null on a CPU-only run.
     cuda_alloc_conf: Annotated[str, Field(max_length=500)] | None = None
+    # FLOPs of one training step of this rank (forward, backward, optimizer), counted once on step 1 by
+    # torch.utils.flop_counter.FlopCounterMode (issue #20: model FLOPs utilization); its source says how.
+    flops_per_step: NonNegFloat | None = None
+    flops_per_step_source: Annotated[str, Field(max_length=100)] | None = None
 
 
 Event = Annotated[

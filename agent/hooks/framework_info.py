@@ -41,6 +41,7 @@ class FrameworkInfo:
         self._parameter_dtype: str | None = None
         self._autocast_dtype: str | None = None
         self._patched: tuple[Any, Any] | None = None  # (DataLoader class, its original __iter__)
+        self.flops_per_step: int | None = None  # one step's FLOPs (agent.hooks.flops), None: not counted
 
     # ------------------------------------------------------------------ what the Profiler feeds in
 
@@ -117,6 +118,8 @@ class FrameworkInfo:
             "batch_size": batch, "batch_size_source": batch_source, "model_class": self._model_class,
             "parameter_count": self._parameter_count, "optimizers": list(self._optimizers) or None,
             "precision": precision, "precision_source": precision_source,
+            "flops_per_step": None if self.flops_per_step is None else float(self.flops_per_step),
+            "flops_per_step_source": "torch.utils.flop_counter:step 1" if self.flops_per_step is not None else None,
         }
         fields.update(self._device(cuda))
         if cuda:  # the allocator settings in force: a recommendation already applied is not made again
