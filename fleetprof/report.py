@@ -312,6 +312,22 @@ class FrameworkSection(Section):
     cuda_alloc_conf: str | None = Field(
         None, description="the PYTORCH_CUDA_ALLOC_CONF the job ran with ('' = PyTorch's defaults; null: unknown or "
                           "a CPU-only run)")
+    flops_per_step: float | None = Field(None, description="one rank's step, counted once by the hooks")
+    flops_per_step_source: str | None = None
+
+
+class MfuSection(Section):
+    """Model FLOPs utilization per GPU: flops_per_step x steps_per_s / peak_flops_per_s (null where one is unknown)."""
+
+    mfu_fraction: float | None
+    achieved_flops_per_s: float | None = Field(description="flops_per_step x steps_per_s, per GPU")
+    flops_per_step: float | None = Field(description="one rank's (one GPU's) step")
+    flops_per_step_source: str | None = Field(description="hooks:torch.utils.flop_counter... or estimate:<model>")
+    steps_per_s: float | None
+    steps_per_s_source: str | None
+    precision: str | None = Field(description="fp32, fp16 or bf16: the peak it is measured against")
+    peak_flops_per_s: float | None
+    peak_source: str | None
 
 
 # ------------------------------------------------------------------------------------------ recommendations
@@ -444,3 +460,4 @@ class JobReport(Section):
     framework: FrameworkSection | None = Field(None, description="the hooks' reading of the training process; "
                                                                  "null: no hooks")
     captures: CapturesSection | None = Field(None, description="live captures (issue #19); null: none requested")
+    mfu: MfuSection | None = Field(None, description="model FLOPs utilization (issue #20)")

@@ -21,6 +21,7 @@ from server.analysis.energy.power_limit import gpu_setting
 from server.analysis.fleet import rightsizing
 from server.analysis.health.findings import health_section
 from server.analysis.memory import usage as memory
+from server.analysis.time import mfu as mfu_mod
 from server.analysis.time import timing
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,10 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     sources["energy.energy_j"] = energy.source
     sources["energy.energy_per_step_j"] = "energy/framework_steps" if energy.energy_per_step_j is not None else None
 
+    mfu = mfu_mod.mfu_section(job, steps=tm.steps, step_time_mean_s=tm.step_time_s.mean, period_s=tm.period_s)
+    sources["mfu.mfu_fraction"] = (f"{mfu.flops_per_step_source} x {mfu.steps_per_s_source} / {mfu.peak_source}"
+                                   if mfu.mfu_fraction is not None else None)
+
     # ---- health: slowdowns, clocks, temperature, XID and error counters per GPU
     health = health_section(job.gpus)
     sources["health.findings"] = ("nvml:clock event reasons, clocks, temperature, XID, ECC/retired pages/row "
@@ -125,7 +130,7 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     fw_section = framework_section(job.framework)
     framework: dict[str, Any] = {} if fw_section is None else {"framework": fw_section}  # unset without hooks
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
-                     sources=Sources.model_validate(sources), **framework, health=health,
+                     sources=Sources.model_validate(sources), **framework, health=health, mfu=mfu,
                      rightsizing_inputs=view["rightsizing_inputs"],
                      recommendations=rightsizing.job_recommendations(view))
 
@@ -140,7 +145,8 @@ def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:
         parameter_count=info.get("parameter_count"), optimizers=info.get("optimizers"),
         precision=info.get("precision"), precision_source=info.get("precision_source"), device=info.get("device"),
         device_memory_total_bytes=info.get("device_memory_total_bytes"),
-        device_memory_source=info.get("device_memory_source"), cuda_alloc_conf=info.get("cuda_alloc_conf"))
+        device_memory_source=info.get("device_memory_source"), cuda_alloc_conf=info.get("cuda_alloc_conf"),
+        flops_per_step=info.get("flops_per_step"), flops_per_step_source=info.get("flops_per_step_source"))
 
 
 def _gpu_report(g: GpuSeries, m: memory.GpuMemory, e: energy_mod.GpuEnergy) -> GpuReport:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
@@ -145,6 +146,12 @@ def _layer_step_s(session: Session, job: Job) -> float | None:
     return None if value is None else float(value)
 
 
+def _estimate_of(job: Job) -> dict[str, Any] | None:
+    """The estimate stored with the job (`metadata.estimate`), when it is one."""
+    est = (job.extra or {}).get("estimate")
+    return est if isinstance(est, dict) else None
+
+
 def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: float,
                   incremental: bool = False) -> JobData:
     """The job's arrays; `incremental` (a running job): what this process read last time, plus what came since."""
@@ -168,6 +175,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         layers=_load_layers(session, job), layer_step_s=_layer_step_s(session, job), oom_events=int(oom),
         processes=[p for r in process_reads for p in r.result()],
         framework=framework_of(job),
+        estimate=_estimate_of(job),
         # Uploaded traces are merged after characterization (server.analysis.traces.sections).
         trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,

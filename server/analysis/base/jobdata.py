@@ -110,6 +110,8 @@ class JobData:
     energy_settings: EnergySettings = field(default_factory=EnergySettings)
     # The hooks' framework_info (model, optimizer, precision, device memory) and where batch_size came from.
     framework: dict[str, Any] | None = None
+    # An estimate stored with the job (metadata.estimate: fleetprof estimate --local --job-id), for MFU.
+    estimate: dict[str, Any] | None = None
 
 
 def empty_steps() -> StepSeries:
