@@ -26,6 +26,11 @@ class GpuHourly(Base):
     energy_source: Mapped[str | None] = mapped_column(String(32))
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     util_mean_pct: Mapped[float | None] = mapped_column(Float)
+    # Goodput (server.analysis.fleet.goodput): the util-known time split four ways; null: before migration 0014.
+    idle_s: Mapped[float | None] = mapped_column(Float)
+    stalled_s: Mapped[float | None] = mapped_column(Float)
+    throttled_s: Mapped[float | None] = mapped_column(Float)
+    productive_s: Mapped[float | None] = mapped_column(Float)
 
 
 class RollupBacklog(Base):
