@@ -10,6 +10,7 @@ one rank's local batch, i.e. per GPU under data parallelism.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -47,7 +48,5 @@ class StepFlops:
     def close(self) -> None:
         mode, self._mode = self._mode, None
         if mode is not None:
-            try:
+            with contextlib.suppress(Exception):  # leaving the mode after a failure: nothing more to do
                 mode.__exit__(None, None, None)
-            except Exception:
-                pass

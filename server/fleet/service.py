@@ -431,4 +431,4 @@ def _goodput(session: Session, start: float, now: float) -> tuple[dict[str, Any]
         .where(t.c.hour >= from_epoch(first_hour(start)), t.c.hour < from_epoch(now)).group_by(Job.team)
         .order_by(Job.team)).mappings().all()
     fleet = {k: sum(float(r[k] or 0.0) for r in rows) for k in ("covered_s", *GOODPUT_FIELDS)}
-    return goodput_figures(fleet), [{"team": r["team"], **goodput_figures(r)} for r in rows]
+    return goodput_figures(fleet), [{"team": r["team"], **goodput_figures(dict(r))} for r in rows]

@@ -53,7 +53,7 @@ def gpus_needing_attention(session: Session, *, now: float, window_s: float = AT
             .where(t.c.ts >= from_epoch(now - window_s), t.c.ts <= from_epoch(now)).group_by(t.c.gpu_id))
     if node is not None:
         stmt = stmt.where(t.c.gpu_id.in_(select(Gpu.id).join(Node, Node.id == Gpu.node_id).where(Node.name == node)))
-    rows = {r["gpu_id"]: r for r in session.execute(stmt).mappings()}
+    rows = {r["gpu_id"]: dict(r) for r in session.execute(stmt).mappings()}
     if not rows:
         return {}
     uuids = dict(session.execute(select(Gpu.id, Gpu.uuid).where(Gpu.id.in_(list(rows)))).tuples().all())

@@ -20,7 +20,7 @@ class GpuRead(BaseModel):
     healthy: bool
     last_seen_at: float | None
     findings: list[HealthFinding] | None = Field(
-        None, description="health findings over the last hour (GET /gpus?node=N only; null: not computed)")
+        default=None, description="health findings over the last hour (GET /gpus?node=N only; null: not computed)")
 
 
 class NodeRead(BaseModel):

@@ -22,14 +22,14 @@ def _gpu(n: int = 600, name: str | None = "NVIDIA H100 80GB HBM3", **cols: np.nd
 
 def test_bits_follow_nvml() -> None:
     pynvml = pytest.importorskip("pynvml")
-    assert reasons.GPU_IDLE == pynvml.nvmlClocksEventReasonGpuIdle
-    assert reasons.SW_THERMAL_SLOWDOWN == pynvml.nvmlClocksEventReasonSwThermalSlowdown
-    assert reasons.HW_THERMAL_SLOWDOWN == pynvml.nvmlClocksEventReasonHwThermalSlowdown
-    assert reasons.SW_POWER_CAP == pynvml.nvmlClocksEventReasonSwPowerCap
-    assert reasons.HW_POWER_BRAKE_SLOWDOWN == pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
-    assert reasons.HW_SLOWDOWN == pynvml.nvmlClocksEventReasonHwSlowdown
-    assert reasons.APPLICATIONS_CLOCKS_SETTING == pynvml.nvmlClocksEventReasonApplicationsClocksSetting
-    assert reasons.SYNC_BOOST == pynvml.nvmlClocksEventReasonSyncBoost
+    assert pynvml.nvmlClocksEventReasonGpuIdle == reasons.GPU_IDLE
+    assert pynvml.nvmlClocksEventReasonSwThermalSlowdown == reasons.SW_THERMAL_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonHwThermalSlowdown == reasons.HW_THERMAL_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonSwPowerCap == reasons.SW_POWER_CAP
+    assert pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown == reasons.HW_POWER_BRAKE_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonHwSlowdown == reasons.HW_SLOWDOWN
+    assert pynvml.nvmlClocksEventReasonApplicationsClocksSetting == reasons.APPLICATIONS_CLOCKS_SETTING
+    assert pynvml.nvmlClocksEventReasonSyncBoost == reasons.SYNC_BOOST
 
 
 def test_idle_application_clock_and_sync_boost_bits_are_not_slowdowns() -> None:

@@ -224,7 +224,8 @@ def _xid_finding(g: GpuSeries) -> HealthFinding | None:
     idx = ok[new]
     codes = [int(v) for v in x[idx]]
     return _finding(g, "xid", seconds=None, fraction=None, since_ts=float(g.ts[idx[0]]),
-                    until_ts=float(g.ts[idx[-1]]), count=len(codes), xids=codes, source="nvml:XID critical error events",
+                    until_ts=float(g.ts[idx[-1]]), count=len(codes), xids=codes,
+                    source="nvml:XID critical error events",
                     summary=f"XID {', '.join(str(c) for c in codes)} at {_utc(float(g.ts[idx[0]]))}"
                             + (f" ({len(codes)} errors)" if len(codes) > 1 else ""))
 
