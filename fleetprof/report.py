@@ -52,11 +52,11 @@ class GpuReport(Section):
     samples: int
     first_ts: float | None = Field(description="epoch s")
     last_ts: float | None = Field(description="epoch s")
-    power_limit_w: float | None = Field(default=None, description="the enforced power limit for most of the job's samples "
+    power_limit_w: float | None = Field(None, description="the enforced power limit for most of the job's samples "
                                                           "(NVML nvmlDeviceGetEnforcedPowerLimit)")
-    power_limit_changed: bool | None = Field(default=None, description="whether the limit changed during the job")
-    app_sm_clock_mhz: float | None = Field(default=None, description="application SM clock (nvmlDeviceGetApplicationsClock)")
-    app_mem_clock_mhz: float | None = Field(default=None, description="application memory clock")
+    power_limit_changed: bool | None = Field(None, description="whether the limit changed during the job")
+    app_sm_clock_mhz: float | None = Field(None, description="application SM clock (nvmlDeviceGetApplicationsClock)")
+    app_mem_clock_mhz: float | None = Field(None, description="application memory clock")
 
 
 # ------------------------------------------------------------------------------------------------------ memory
@@ -143,7 +143,7 @@ class AllocConfCandidate(Section):
     alloc_conf: str = Field(description="the PYTORCH_CUDA_ALLOC_CONF value simulated ('' = PyTorch's defaults)")
     peak_reserved_bytes: int | None = Field(description="simulated reserved peak; null: ran out of memory")
     out_of_memory: bool = Field(description="the simulation could not place an allocation within capacity")
-    note: str | None = Field(default=None, description="a condition the setting needs to act")
+    note: str | None = Field(None, description="a condition the setting needs to act")
 
 
 class AllocConfAdvice(Section):
@@ -182,19 +182,19 @@ class InputStalls(Section):
 
 class Straggler(Section):
     rank: int | None = Field(description="from the hooks' per-rank step times")
-    gpu_uuid: str | None = Field(default=None, description="when found from NVML alone (busy phase per iteration)")
+    gpu_uuid: str | None = Field(None, description="when found from NVML alone (busy phase per iteration)")
     median_step_s: float | None = Field(description="hooks: the rank's median step time; NVML: the job's iteration "
                                                     "period from telemetry (null: not detected)")
     slowdown_fraction: float = Field(description="hooks: rank median / job median - 1; NVML: the GPU's busy phase "
                                                  "/ its peers' median - 1, median over the windows it straggled in")
-    busy_phase_s: float | None = Field(default=None, description="NVML: the GPU's kernel-busy time per iteration")
-    peer_busy_phase_s: float | None = Field(default=None, description="NVML: the peers' median busy time per iteration")
-    since_ts: float | None = Field(default=None, description="epoch s: start of the first window it straggled in")
-    until_ts: float | None = Field(default=None, description="epoch s: end of the last")
-    seconds: float | None = Field(default=None, description="time of the windows it straggled in")
-    window_s: float | None = Field(default=None, description="NVML: the analysis window (a few iterations)")
+    busy_phase_s: float | None = Field(None, description="NVML: the GPU's kernel-busy time per iteration")
+    peer_busy_phase_s: float | None = Field(None, description="NVML: the peers' median busy time per iteration")
+    since_ts: float | None = Field(None, description="epoch s: start of the first window it straggled in")
+    until_ts: float | None = Field(None, description="epoch s: end of the last")
+    seconds: float | None = Field(None, description="time of the windows it straggled in")
+    window_s: float | None = Field(None, description="NVML: the analysis window (a few iterations)")
     likely_cause: str | None = None
-    throttled_fraction: float | None = Field(default=None, description="share of those windows under its commonest "
+    throttled_fraction: float | None = Field(None, description="share of those windows under its commonest "
                                                                "slowdown reason")
     sm_clock_mean_mhz: float | None = None
     peer_sm_clock_mean_mhz: float | None = None
@@ -258,7 +258,7 @@ class TimeSection(Section):
     layers: list[LayerRow]
     layers_step_time_s: float | None
     trace_summaries: list[OpenSection]
-    breakdown: TimeBreakdown | None = Field(default=None, description="present once a Kineto trace was uploaded")
+    breakdown: TimeBreakdown | None = Field(None, description="present once a Kineto trace was uploaded")
 
 
 # ------------------------------------------------------------------------------------------ utilization, energy
@@ -312,7 +312,7 @@ class FrameworkSection(Section):
     cuda_alloc_conf: str | None = Field(
         None, description="the PYTORCH_CUDA_ALLOC_CONF the job ran with ('' = PyTorch's defaults; null: unknown or "
                           "a CPU-only run)")
-    flops_per_step: float | None = Field(default=None, description="one rank's step, counted once by the hooks")
+    flops_per_step: float | None = Field(None, description="one rank's step, counted once by the hooks")
     flops_per_step_source: str | None = None
 
 
@@ -352,19 +352,19 @@ class HealthFinding(Section):
                                                "(sm_clock_low: / the GPU's busy time)")
     summary: str
     severity: Literal["critical", "warning", "info"] | None = None
-    since_ts: float | None = Field(default=None, description="epoch s: first sample showing it")
-    until_ts: float | None = Field(default=None, description="epoch s: last sample showing it")
-    episodes: int | None = Field(default=None, description="separate stretches of samples showing it")
-    count: int | None = Field(default=None, description="events or errors counted (XIDs, counter increase)")
+    since_ts: float | None = Field(None, description="epoch s: first sample showing it")
+    until_ts: float | None = Field(None, description="epoch s: last sample showing it")
+    episodes: int | None = Field(None, description="separate stretches of samples showing it")
+    count: int | None = Field(None, description="events or errors counted (XIDs, counter increase)")
     xids: list[int] | None = None
-    sm_clock_mean_mhz: float | None = Field(default=None, description="mean SM clock while it held")
-    sm_clock_reference_mhz: float | None = Field(default=None, description="the SM clock it is compared with")
+    sm_clock_mean_mhz: float | None = Field(None, description="mean SM clock while it held")
+    sm_clock_reference_mhz: float | None = Field(None, description="the SM clock it is compared with")
     sm_clock_reference_source: str | None = None
-    sm_clock_drop_pct: float | None = Field(default=None, description="(1 - mean / reference) x 100: the cost in clock")
+    sm_clock_drop_pct: float | None = Field(None, description="(1 - mean / reference) x 100: the cost in clock")
     temperature_max_c: float | None = None
     slowdown_temperature_c: float | None = None
     slowdown_temperature_source: str | None = None
-    source: str | None = Field(default=None, description="the NVML signal it was read from")
+    source: str | None = Field(None, description="the NVML signal it was read from")
 
 
 class HealthSection(Section):
@@ -377,8 +377,8 @@ class HealthSection(Section):
 class TracesSection(Section):
     kineto_files: int
     snapshot_files: int
-    kineto: Json | None = Field(default=None, description="OPEN: per-rank Kineto summaries combined")
-    snapshot: Json | None = Field(default=None, description="OPEN: the latest memory snapshot's summary")
+    kineto: Json | None = Field(None, description="OPEN: per-rank Kineto summaries combined")
+    snapshot: Json | None = Field(None, description="OPEN: the latest memory snapshot's summary")
 
 
 class CaptureComparison(Section):
@@ -434,6 +434,8 @@ class Sources(Section):
     utilization_gpu_mean_pct: str | None = _source("utilization.gpu_mean_pct")
     utilization_memory_mean_pct: str | None = _source("utilization.memory_mean_pct")
     optimization: str | None = _source("optimization")
+    health_findings: str | None = _source("health.findings")
+    mfu_mfu_fraction: str | None = _source("mfu.mfu_fraction")
 
 
 # ------------------------------------------------------------------------------------------------ the report
@@ -454,10 +456,10 @@ class JobReport(Section):
     sources: Sources
     rightsizing_inputs: Json = Field(description="OPEN: this run's record for right-sizing later runs")
     recommendations: list[Recommendation]
-    health: HealthSection | None = Field(default=None, description="throttling, XID, ECC findings; null: not analyzed")
-    traces: TracesSection | None = Field(default=None, description="uploaded traces; null before any upload was merged")
-    optimization: Json | None = Field(default=None, description="OPEN: offset/swap plans and fragmentation findings")
-    framework: FrameworkSection | None = Field(default=None, description="the hooks' reading of the training process; "
+    health: HealthSection | None = Field(None, description="throttling, XID, ECC findings; null: not analyzed")
+    traces: TracesSection | None = Field(None, description="uploaded traces; null before any upload was merged")
+    optimization: Json | None = Field(None, description="OPEN: offset/swap plans and fragmentation findings")
+    framework: FrameworkSection | None = Field(None, description="the hooks' reading of the training process; "
                                                                  "null: no hooks")
-    captures: CapturesSection | None = Field(default=None, description="live captures (issue #19); null: none requested")
-    mfu: MfuSection | None = Field(default=None, description="model FLOPs utilization (issue #20)")
+    captures: CapturesSection | None = Field(None, description="live captures (issue #19); null: none requested")
+    mfu: MfuSection | None = Field(None, description="model FLOPs utilization (issue #20)")
