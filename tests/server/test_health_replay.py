@@ -64,6 +64,11 @@ def test_throttled_gpu_is_named_throttled_and_the_straggler(client_env):
     start = truth["first_throttled_ts"] - first
     assert start + first - straggler["window_s"] <= straggler["since_ts"] <= start + first + straggler["window_s"]
     assert straggler["until_ts"] <= start + last + straggler["window_s"]
+    # the terminal view lists the finding under [health]
+    table = _fleetprof(["report", "health-throttled"], client_env)
+    assert table.returncode == 0, table.stderr
+    health = table.stdout.split("[health]", 1)[1]
+    assert f"{truth['straggler_uuid']}  thermal (warning): thermal slowdown: SM clock -29 %" in health
 
 
 def test_idle_bits_are_never_slowdowns(client_env):
