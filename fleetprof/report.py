@@ -183,8 +183,9 @@ class InputStalls(Section):
 class Straggler(Section):
     rank: int | None = Field(description="from the hooks' per-rank step times")
     gpu_uuid: str | None = Field(None, description="when found from NVML alone (busy phase per iteration)")
-    median_step_s: float | None = Field(description="hooks: the rank's median step time; NVML: the job's iteration "
-                                                    "period from telemetry (null: not detected)")
+    median_step_s: float | None = Field(description="hooks: the rank's median step time; NVML: the iteration period "
+                                                    "from telemetry while it straggled (its peers' signals over that "
+                                                    "span, else the job's period; null: not detected)")
     slowdown_fraction: float = Field(description="hooks: rank median / job median - 1; NVML: the GPU's busy phase "
                                                  "/ its peers' median - 1, median over the windows it straggled in")
     busy_phase_s: float | None = Field(None, description="NVML: the GPU's kernel-busy time per iteration")

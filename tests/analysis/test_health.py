@@ -148,6 +148,7 @@ def test_straggler_named_with_when_how_much_and_cause() -> None:
     assert s.gpu_uuid == "GPU-1" and s.rank is None
     assert s.likely_cause == "thermal throttling"
     assert 0.25 < s.slowdown_fraction < 0.45  # (8.5 + 2) / (6 + 2) - 1 = 0.31 of busy time per iteration
+    assert s.median_step_s == pytest.approx(10.5, rel=0.05)  # the period while it straggled, not the job's 10.0
     assert T0 + 300 - 60 <= (s.since_ts or 0) <= T0 + 300 + 60 and T0 + 900 - 60 <= (s.until_ts or 0) <= T0 + 960
 
 
@@ -177,3 +178,26 @@ def test_mfu_from_hooks_then_estimate_else_null() -> None:
     assert m.mfu_fraction == pytest.approx(2.0e12 * 4 / 67e12) and m.steps_per_s_source.startswith("telemetry")
     none = mfu_section(_job(), steps=10, step_time_mean_s=1.0, period_s=None)
     assert none.mfu_fraction is None and none.flops_per_step is None and none.steps_per_s == 1.0
+
+
+def test_the_synthetic_recording_plays_through_the_agents_replay_device() -> None:
+    """The recording is in the format the agent's ReplayDevices reads (fleetprof JSONL), with the throttle schedule
+    its generator wrote: GPU 2 reports thermal slowdown inside the throttled intervals only."""
+    import json
+    from pathlib import Path
+
+    from agent.devices.replay import ReplayDevices
+    from fleetprof.recordings import read_recording
+
+    here = Path(__file__).resolve().parents[1] / "synthetic"
+    truth = json.loads((here / "throttled_straggler.truth.json").read_text())
+    clock = [0.0]
+    dev = ReplayDevices(read_recording(here / "throttled_straggler.jsonl"), clock=lambda: clock[0], loop=False)
+    slot = [g.uuid for g in dev.gpus()].index(truth["straggler_uuid"])
+    (a, b), *_ = truth["throttle_intervals_s"]
+    for t, throttled in ((a - 10, False), (a + 5, True), (b - 5, True), (b + 5, False)):
+        clock[0] = t
+        r = dev.read(slot).throttle_reasons or 0
+        assert bool(r & (reasons.SW_THERMAL_SLOWDOWN | reasons.HW_THERMAL_SLOWDOWN)) is throttled, t
+        assert not any((dev.read(s).throttle_reasons or 0) & reasons.SLOWDOWN_BITS
+                       for s in range(len(dev.gpus())) if s != slot)

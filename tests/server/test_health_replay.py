@@ -60,6 +60,10 @@ def test_throttled_gpu_is_named_throttled_and_the_straggler(client_env):
     assert straggler["likely_cause"] == "thermal throttling"
     # the throttled compute phase is max/throttled clock = 1.41x as long as its peers'
     assert 0.2 < straggler["slowdown_fraction"] < 0.6
+    # while it straggled an iteration lasted its compute + the all-reduce; its peers were busy compute + all-reduce
+    assert straggler["median_step_s"] == pytest.approx(truth["throttled_period_s"], rel=0.05)
+    assert straggler["busy_phase_s"] == pytest.approx(truth["throttled_period_s"], rel=0.05)
+    assert straggler["peer_busy_phase_s"] == pytest.approx(truth["normal_period_s"], rel=0.05)
     first, last = truth["throttle_intervals_s"][0][0], truth["throttle_intervals_s"][-1][1]
     start = truth["first_throttled_ts"] - first
     assert start + first - straggler["window_s"] <= straggler["since_ts"] <= start + first + straggler["window_s"]

@@ -176,7 +176,12 @@ def _low_clock_finding(g: GpuSeries, dur: np.ndarray) -> HealthFinding | None:
     during = _mean(clock[low])
     app_clocks = bool(np.any(known[low] & ((bits[low] & reasons.APPLICATIONS_CLOCKS_SETTING) != 0)))
     drop = None if during is None else (1.0 - during / ref.value) * 100.0
-    why = "application clocks set below the maximum" if app_clocks else "no NVML reason given"
+    if app_clocks:
+        why = "application clocks set below the maximum"
+    elif not np.any(known[low]):
+        why = "clock-event reasons not recorded"  # e.g. an nvidia-smi log without clocks_event_reasons.active
+    else:
+        why = "no NVML reason given"
     first = int(np.flatnonzero(low)[0])
     return _finding(
         g, "sm_clock_low", seconds=seconds, fraction=seconds / busy_s, since_ts=float(g.ts[first]),

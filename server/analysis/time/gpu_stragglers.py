@@ -27,6 +27,7 @@ from fleetprof.report import Straggler
 from server.analysis.base.durations import sample_durations
 from server.analysis.base.jobdata import GpuSeries
 from server.analysis.health import reasons
+from server.analysis.time import iterations
 
 TOL = 0.10  # a busy phase 10 % longer than the peers' median
 MIN_WINDOWS = 2
@@ -99,6 +100,19 @@ def _cause(g: GpuSeries, peers: Sequence[GpuSeries], w: _Window, windows: np.nda
             "peer_power_mean_w": float(np.median(peer_powers)) if peer_powers else None}
 
 
+def _span_period(peers: Sequence[GpuSeries], since: float, until: float) -> float | None:
+    """The iteration period while it straggled, from its peers' signals over that span (the job's period over the
+    whole run mixes the slowed stretch with the rest); None when no signal is periodic there."""
+    best: iterations.PeriodResult | None = None
+    for p in peers:
+        inside = (p.ts >= since) & (p.ts <= until)
+        for name in ("power_w", "gpu_util_pct"):
+            res = iterations.detect_period(p.ts[inside], p.column(name)[inside], signal=name)
+            if res is not None and (best is None or res.confidence > best.confidence):
+                best = res
+    return best.period_s if best is not None else None
+
+
 def nvml_stragglers(gpus: Sequence[GpuSeries], period_s: float | None) -> list[Straggler]:
     """The job's straggling GPUs from utilization, clocks, power and clock-event reasons (no hooks needed)."""
     with_util = [g for g in gpus if g.ts.size and g.has("gpu_util_pct")]
@@ -121,13 +135,19 @@ def nvml_stragglers(gpus: Sequence[GpuSeries], period_s: float | None) -> list[S
         if windows.size < MIN_WINDOWS:
             continue
         peers = [p for j, p in enumerate(with_util) if j != i]
-        phase = float(np.median(mine[windows])) * period_s if period_s else None
-        peer_phase = float(np.median(peer[windows])) * period_s if period_s else None
         since = w.t0 + float(windows[0]) * w.width_s
         until = min(w.t0 + float(windows[-1] + 1) * w.width_s, float(g.ts[-1]))
+        # the period while it straggled: over its longest run of consecutive straggling windows (a span that
+        # spans a recovered stretch would mix two periods)
+        runs = np.split(windows, np.flatnonzero(np.diff(windows) > 1) + 1)
+        longest = max(runs, key=len)
+        step_s = _span_period(peers, w.t0 + float(longest[0]) * w.width_s,
+                              w.t0 + float(longest[-1] + 1) * w.width_s) or period_s
+        phase = float(np.median(mine[windows])) * step_s if step_s else None
+        peer_phase = float(np.median(peer[windows])) * step_s if step_s else None
         cause = _cause(g, peers, w, windows)
         out.append(Straggler.model_validate({
-            "rank": None, "gpu_uuid": g.uuid, "median_step_s": period_s,
+            "rank": None, "gpu_uuid": g.uuid, "median_step_s": step_s,
             "slowdown_fraction": float(np.median(ratio[windows])) - 1.0,
             "busy_phase_s": phase, "peer_busy_phase_s": peer_phase,
             "since_ts": since, "until_ts": until, "seconds": float(windows.size) * w.width_s,
