@@ -51,8 +51,11 @@ def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
     stmt = (select(epoch_column(session, table.c.ts), *(table.c[c] for c in columns))
             .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))
     data = float_rows(session, stmt, len(columns) + 1)
+    # max_sm_clock_mhz / slowdown_temperature_c: GPU facts of issue #20, read when the gpus table has them
     return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
-                     columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source)
+                     columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source,
+                     max_sm_clock_mhz=getattr(gpu, "max_sm_clock_mhz", None),
+                     slowdown_temperature_c=getattr(gpu, "slowdown_temperature_c", None))
 
 
 def load_process_peaks(session: Session, gpu: Gpu, start: datetime, end: datetime) -> list[ProcessPeak]:
