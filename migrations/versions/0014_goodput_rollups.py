@@ -1,5 +1,6 @@
 """Goodput in the hourly rollups (issue #20): each hour's util-known time split into idle, input-stalled, throttled
-and productive seconds (server.analysis.fleet.goodput), per GPU and per job share of a GPU.
+and productive seconds (server.analysis.fleet.goodput), and the seconds under each slowdown clock-event reason (the
+fleet's GPUs needing attention), per GPU and per job share of a GPU.
 
 Nullable columns without defaults: rows rolled up before stay null (their time counts as unknown goodput) until
 their hours are rolled up again.
@@ -19,7 +20,7 @@ branch_labels = None
 depends_on = None
 
 TABLES = ("gpu_hourly", "gpu_job_hourly")
-COLUMNS = ("idle_s", "stalled_s", "throttled_s", "productive_s")
+COLUMNS = ("idle_s", "stalled_s", "throttled_s", "productive_s", "thermal_s", "power_cap_s", "hw_slowdown_s")
 
 
 def upgrade() -> None:

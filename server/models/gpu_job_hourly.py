@@ -35,3 +35,7 @@ class GpuJobHourly(Base):
     stalled_s: Mapped[float | None] = mapped_column(Float)
     throttled_s: Mapped[float | None] = mapped_column(Float)
     productive_s: Mapped[float | None] = mapped_column(Float)
+    # Seconds under each slowdown clock-event reason (health.reasons); null: no reasons reading (or before 0014).
+    thermal_s: Mapped[float | None] = mapped_column(Float)
+    power_cap_s: Mapped[float | None] = mapped_column(Float)
+    hw_slowdown_s: Mapped[float | None] = mapped_column(Float)

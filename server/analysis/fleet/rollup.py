@@ -18,14 +18,16 @@ from server.analysis.base.durations import sample_durations
 from server.analysis.base.jobdata import GpuSeries
 from server.analysis.energy.accounting import IDLE_UTIL_PCT, interval_energy
 from server.analysis.fleet.goodput import goodput_terms, idle_runs
-from server.analysis.health.reasons import any_slowdown
+from server.analysis.health.reasons import SLOWDOWN_KINDS, any_slowdown, as_bits, slowdown_masks
 from server.analysis.memory.usage import used_peak_series
 
 HOUR_S = 3600.0
 # Goodput (issue #20, server.analysis.fleet.goodput says what each is): the util-known time of an hour split four ways.
 GOODPUT_FIELDS = ("idle_s", "stalled_s", "throttled_s", "productive_s")
+# Seconds under each slowdown kind (health.reasons.slowdown_masks), for the fleet's "GPUs needing attention".
+SLOWDOWN_FIELDS = tuple(f"{kind}_s" for kind in SLOWDOWN_KINDS)
 ROLLUP_FIELDS = ("hour_start", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",
-                 "memory_peak_bytes", "util_mean_pct", *GOODPUT_FIELDS)
+                 "memory_peak_bytes", "util_mean_pct", *GOODPUT_FIELDS, *SLOWDOWN_FIELDS)
 ENERGY_SOURCE = "energy_source"  # per hour: where its energy came from (an object column beside the fields)
 
 
@@ -43,6 +45,8 @@ class SampleTerms:
     from_power: np.ndarray  # bool: ... integrated power
     throttled: np.ndarray | None = None  # bool: a slowdown clock-event reason was set (health.reasons)
     idle_run: np.ndarray | None = None  # bool: part of a run of low-utilization samples lasting IDLE_RUN_S or more
+    reasons_known: np.ndarray | None = None  # bool: the sample has a clock-event reasons reading
+    slowdowns: dict[str, np.ndarray] | None = None  # kind -> bool per sample (health.reasons.slowdown_masks)
 
 
 def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
@@ -71,7 +75,9 @@ def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
         mem=nan if memory_used_bytes is None else np.asarray(memory_used_bytes, dtype=np.float64),
         energy_j=e, from_counter=from_counter, from_power=from_power,
         throttled=np.zeros(n, dtype=bool) if throttle_reasons is None else any_slowdown(throttle_reasons),
-        idle_run=idle_runs(util, dur))
+        idle_run=idle_runs(util, dur),
+        reasons_known=np.zeros(n, dtype=bool) if throttle_reasons is None else as_bits(throttle_reasons)[1],
+        slowdowns=None if throttle_reasons is None else slowdown_masks(throttle_reasons))
 
 
 def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -123,7 +129,11 @@ def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, 
 
     goodput = goodput_terms(util, dur, None if t.throttled is None else t.throttled[idx],
                             None if t.idle_run is None else t.idle_run[idx])
+    has_reasons = rsum(w * t.reasons_known[idx]) > 0 if t.reasons_known is not None else np.zeros(starts.size, bool)
+    slow = {f"{kind}_s": np.where(has_reasons, rsum(w * dur * t.slowdowns[kind][idx]), np.nan)
+            if t.slowdowns is not None else np.full(starts.size, np.nan) for kind in SLOWDOWN_KINDS}
     return {
+        **slow,
         **{k: np.where(has_util, rsum(w * v), np.nan) for k, v in goodput.items()},
         "hour_start": hour[starts] * t.hour_s,
         "samples": rsum(w),

@@ -1,6 +1,7 @@
-"""Health findings of a GPU over a recent window from SQL aggregates (the fleet's "GPUs needing attention"), not
-from its samples: counts of samples per slowdown kind, the XIDs seen, each counter's rise (max - min over the window,
-which a counter reset inside it understates) and the flags' maxima. Same kinds and thresholds as `findings`."""
+"""Health findings of a GPU over a recent window from what the database sums cheaply (the fleet's "GPUs needing
+attention"), not from its samples: seconds per slowdown kind from the hourly rollups, and the first and last sample of
+the window for XIDs (a change of `xid_last`), counters (last - first: a reset inside the window understates the
+rise) and flags (the last value). Same kinds, thresholds and severities as `findings`."""
 
 from __future__ import annotations
 
@@ -19,13 +20,9 @@ def _span(seconds: float) -> str:
 
 
 def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float) -> list[HealthFinding]:
-    """`agg`: samples (count), first_ts, last_ts, `<kind>_samples` per SLOWDOWN_KINDS, xid_min/xid_max, and per
-    counter column `<column>_rise`, per flag column `<column>_max` (absent: the column is not stored)."""
-    n = int(agg.get("samples") or 0)
-    if n == 0:
-        return []
-    first, last = float(agg["first_ts"]), float(agg["last_ts"])
-    interval = (last - first) / (n - 1) if n > 1 else 0.0
+    """`agg` (any key may be absent or None: unknown): covered_s and `<kind>_s` per SLOWDOWN_KINDS from the
+    rollups; `<column>_first` / `<column>_last` of the window's first and last sample for xid_last, the COUNTERS
+    and the FLAGS columns the table has."""
     out: list[HealthFinding] = []
 
     def add(kind: str, summary: str, **fields: Any) -> None:
@@ -33,26 +30,29 @@ def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float) -
                                                  "severity": SEVERITY.get(kind, "info"), "seconds": None,
                                                  "fraction": None, **fields}))
 
+    covered = agg.get("covered_s") or 0.0
     for kind, mask in SLOWDOWN_KINDS.items():
-        count = int(agg.get(f"{kind}_samples") or 0)
-        seconds = count * interval
-        if count and seconds >= MIN_SLOWDOWN_S:
-            add(kind, f"{SLOWDOWN_TITLES[kind]} for {_span(seconds)} of the last {_span(window_s)} ({count / n:.0%} "
-                      f"of its samples)", seconds=seconds, fraction=count / n,
-                source="nvml:clock event reasons " + "+".join(names(mask)) + " (SQL counts over the window)")
-    xids = sorted({int(v) for v in (agg.get("xid_min"), agg.get("xid_max")) if v is not None})
-    if xids:
-        add("xid", f"XID {', '.join(map(str, xids))} reported (the latest XID the agent saw on this GPU)", xids=xids,
-            count=len(xids), source="nvml:XID critical error events (xid_last)")
+        seconds = agg.get(f"{kind}_s")
+        if seconds is not None and seconds >= MIN_SLOWDOWN_S:
+            fraction = seconds / covered if covered > 0 else None
+            share = f" ({fraction:.0%} of its time)" if fraction is not None else ""
+            add(kind, f"{SLOWDOWN_TITLES[kind]} for {_span(seconds)} in the rollup hours of the last "
+                      f"{_span(window_s)}{share}", seconds=seconds, fraction=fraction,
+                source="nvml:clock event reasons " + "+".join(names(mask)) + " (hourly rollups)")
+    first, last = agg.get("xid_last_first"), agg.get("xid_last_last")
+    if last is not None and last != first:
+        add("xid", f"XID {int(last)} in the last {_span(window_s)}", xids=[int(last)], count=1,
+            source="nvml:XID critical error events (xid_last changed in the window)")
     seen: set[str] = set()
     for column, kind, what, source in COUNTERS:
-        rise = agg.get(f"{column}_rise")
-        if rise is None or rise <= 0 or (kind.startswith("ecc") and kind in seen):
+        a, b = agg.get(f"{column}_first"), agg.get(f"{column}_last")
+        if a is None or b is None or b <= a or (kind.startswith("ecc") and kind in seen):
             continue
         seen.add(kind)
-        add(kind, f"{int(rise)} {what} in the last {_span(window_s)}", count=int(rise), source=f"{source} ({column})")
+        add(kind, f"{int(b - a)} {what} in the last {_span(window_s)}", count=int(b - a),
+            source=f"{source} ({column})")
     for column, kind, what in FLAGS:
-        if (agg.get(f"{column}_max") or 0) > 0:
+        if (agg.get(f"{column}_last") or 0) > 0:
             add(kind, what, source=f"nvml:{column}")
     out.sort(key=lambda f: SEVERITY_ORDER.get(f.severity or "info", 3))
     return out
