@@ -415,8 +415,9 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
         "goodput": "hourly job rollups (gpu_job_hourly) of NVML gpu_util_pct and clock event reasons: idle (< idle "
                    "threshold for 60 s or more), input-stalled (no kernel while the job ran), throttled (kernel time "
                    "under a slowdown reason), productive; unknown: utilization unknown or rolled up before goodput",
-        "gpus_needing_attention": "SQL aggregates of raw NVML samples over the last attention_window_s: slowdown "
-                                  "reasons, XID, ECC / retired pages / row remapping / PCIe replay / NVLink counters",
+        "gpus_needing_attention": "over the last attention_window_s: slowdown seconds from the hourly rollups; XID, "
+                                  "ECC / retired pages / row remapping / PCIe replay / NVLink counters and flags from "
+                                  "each GPU's first and last NVML sample of the window",
     }
     return out
 
