@@ -24,11 +24,13 @@ class StepFlops:
         self.flops_per_step: int | None = None
         self.done = not enabled  # nothing left to do: counted, skipped, or off
 
-    def tick(self, done: int, *, other_trace_active: bool) -> None:
-        """At a step boundary, `done` steps finished: start counting after step 0, read the count after step 1."""
+    def tick(self, done: int, *, other_trace_active: bool, model: Any = None) -> None:
+        """At a step boundary, `done` steps finished: start counting after step 0, read the count after step 1.
+        A compiled model (torch.compile's OptimizedModule) is not counted: a dispatch mode around it would make
+        dynamo recompile, twice, inside the user's step."""
         try:
             if self._mode is None:
-                if done != 1 or other_trace_active:
+                if done != 1 or other_trace_active or hasattr(model, "_orig_mod"):
                     self.done = True
                     return
                 from torch.utils.flop_counter import FlopCounterMode  # lazy: only the hooks import torch
@@ -38,7 +40,8 @@ class StepFlops:
                 return
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
-            self.flops_per_step = int(mode.get_total_flops())
+            total = int(mode.get_total_flops())
+            self.flops_per_step = total if total > 0 else None  # 0: nothing dispatched (CUDA graphs): unknown
             self.done = True
         except Exception as exc:  # never into the user's loop: the count is simply unknown
             log.info("fleetprof hooks: FLOP count unavailable: %s", exc)

@@ -287,7 +287,8 @@ class Profiler:
         self.steps_done = done = step + 1
         self._samples = None
         if not self._flops.done:  # the end of step 0 starts the count, the end of step 1 reads it
-            self._flops.tick(done, other_trace_active=self._other_trace_active())
+            self._flops.tick(done, other_trace_active=self._other_trace_active(),
+                             model=self._model() if self._model is not None else None)
             self._info.flops_per_step = self._flops.flops_per_step
         self._forwards = 0
         self._last_boundary_by_opt = False

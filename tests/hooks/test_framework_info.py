@@ -72,3 +72,18 @@ def test_flop_count_can_be_switched_off(recorder: Recorder) -> None:
                      extra_env={"FLEETPROF_HOOKS_FLOP_COUNT": "false"})
     assert run.returncode == 0, run.stderr
     assert "flops_per_step" not in _latest_info(recorder)
+
+
+def test_flop_count_skips_compiled_models_and_other_traces() -> None:
+    from types import SimpleNamespace
+
+    from agent.hooks.flops import StepFlops
+
+    for kwargs in ({"other_trace_active": True}, {"other_trace_active": False,
+                                                  "model": SimpleNamespace(_orig_mod=object())}):
+        flops = StepFlops(None)  # torch is never touched on these paths
+        flops.tick(1, **kwargs)  # type: ignore[arg-type]
+        assert flops.done and flops.flops_per_step is None
+    late = StepFlops(None)
+    late.tick(5, other_trace_active=False)  # step 1 missed (hooks installed late): no partial count
+    assert late.done and late.flops_per_step is None
