@@ -201,3 +201,17 @@ def test_the_synthetic_recording_plays_through_the_agents_replay_device() -> Non
         assert bool(r & (reasons.SW_THERMAL_SLOWDOWN | reasons.HW_THERMAL_SLOWDOWN)) is throttled, t
         assert not any((dev.read(s).throttle_reasons or 0) & reasons.SLOWDOWN_BITS
                        for s in range(len(dev.gpus())) if s != slot)
+
+
+def test_idle_runs_and_goodput_terms_add_up() -> None:
+    from server.analysis.fleet.goodput import goodput_terms, idle_runs
+
+    util = np.array([0, 0, 0, 50, 0, 0, 100, np.nan, 0, 0, 0, 0], dtype=np.float64)
+    dur = np.full(util.size, 30.0)
+    assert idle_runs(util, dur).tolist() == [True, True, True, False, True, True, False, False,
+                                              True, True, True, True]  # runs of 90, 60 and 120 s; >= 60 s
+    assert idle_runs(util, dur, min_run_s=61).tolist()[4:6] == [False, False]
+    terms = goodput_terms(util, dur, throttled=util == 100, idle_run=None)
+    total = sum(terms.values())
+    assert np.allclose(total[~np.isnan(util)], 30.0) and total[7] == 0.0  # unknown utilization: no bucket
+    assert terms["throttled_s"][6] == 30.0 and terms["stalled_s"][3] == 15.0 and terms["productive_s"][3] == 15.0
