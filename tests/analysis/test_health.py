@@ -215,3 +215,19 @@ def test_idle_runs_and_goodput_terms_add_up() -> None:
     total = sum(terms.values())
     assert np.allclose(total[~np.isnan(util)], 30.0) and total[7] == 0.0  # unknown utilization: no bucket
     assert terms["throttled_s"][6] == 30.0 and terms["stalled_s"][3] == 15.0 and terms["productive_s"][3] == 15.0
+
+
+def test_straggler_when_peers_wait_busy_in_a_spinning_collective() -> None:
+    """Every GPU at 100 % utilization all the time (peers spin in NCCL while they wait): GPU 1 throttled to 1400 of
+    1980 MHz in [300, 900) is named from its clock against its peers', with the compute-bound estimate."""
+    gpus = _dp_job(300, 900, throttle=True)
+    for g in gpus:
+        g.columns["gpu_util_pct"] = np.full(g.ts.size, 100.0)
+    (s,) = nvml_stragglers(gpus, period_s=10.0)
+    assert s.gpu_uuid == "GPU-1" and s.likely_cause == "thermal throttling"
+    assert s.slowdown_fraction == pytest.approx(1980 / 1400 - 1, rel=0.02)
+    assert "compute-bound estimate" in (s.source or "") and s.busy_phase_s is None
+    assert T0 + 300 - 60 <= (s.since_ts or 0) <= T0 + 360
+    for g in gpus:  # the same clocks everywhere: nobody to name
+        g.columns["sm_clock_mhz"] = np.full(g.ts.size, 1980.0)
+    assert nvml_stragglers(gpus, period_s=10.0) == []

@@ -10,9 +10,11 @@ The likely cause is read from the same windows: a slowdown reason held for a goo
 cap, hardware), else an SM clock below the peers' (clocks set lower, no reason given), else unknown (the same
 clocks: more work on that GPU's rank, or its input).
 
-Limit: waiting inside a collective that spins (NCCL) counts as busy in utilization.gpu, so a job whose peers wait
-in NCCL shows no difference in busy time; the report then names no straggler from NVML (the hooks' per-rank step
-times still do).
+Waiting inside a collective that spins (NCCL) counts as busy in utilization.gpu, so a job whose peers wait in NCCL
+shows no difference in busy time. Then, where every GPU is busy (≥ 90 %), a GPU whose SM clock stays under 90 % of
+its peers' holds them back: it is named with `slowdown_fraction` = peers' clock / its clock - 1, an estimate that
+holds for a compute-bound step (its `source` says so). A slower GPU at full clocks is then invisible to NVML; the
+hooks' per-rank step times still see it.
 """
 
 from __future__ import annotations
@@ -36,11 +38,17 @@ MIN_WINDOW_S = 30.0  # ...and lasts at least this long (1 Hz sampling: 30 sample
 ACTIVE_BUSY_FRACTION = 0.1  # windows where the peers' median busy share is below this are idle, not judged
 CAUSE_SHARE = 0.25  # a slowdown reason held this share of the straggling time is named as the cause
 CLOCK_GAP = 0.95  # an SM clock below this share of the peers' is named as the cause
+SATURATED_BUSY = 0.9  # every GPU this busy: utilization cannot tell who waits
+CLOCK_GAP_STRAGGLER = 0.9  # ...then an SM clock under this share of the peers' marks the straggler
+SOURCE_BUSY = "nvml:busy phase per iteration (gpu_util_pct x time), clocks, power, clock event reasons"
+SOURCE_CLOCK = ("nvml:SM clock against its peers' while all were busy (utilization could not tell who waited); "
+                "slowdown_fraction = peers' clock / its clock - 1, a compute-bound estimate")
 
 
 @dataclass(frozen=True)
 class _Window:
     busy: np.ndarray  # [gpu, window] busy share (0..1), NaN where the GPU's samples cover under half the window
+    clock: np.ndarray  # [gpu, window] mean SM clock of its busy samples (utilization >= 50 %), NaN: none
     t0: float
     width_s: float
 
@@ -53,6 +61,7 @@ def _windows(gpus: Sequence[GpuSeries], period_s: float | None) -> _Window | Non
     if n < MIN_WINDOWS:
         return None
     busy = np.full((len(gpus), n), np.nan)
+    clocks = np.full((len(gpus), n), np.nan)
     for i, g in enumerate(gpus):
         util = g.column("gpu_util_pct")
         dur = sample_durations(g.ts)
@@ -60,9 +69,13 @@ def _windows(gpus: Sequence[GpuSeries], period_s: float | None) -> _Window | Non
         b = ((g.ts - t0) // width).astype(np.int64)
         covered = np.bincount(b[ok], weights=dur[ok], minlength=n)[:n]
         kernel = np.bincount(b[ok], weights=(dur * util / 100.0)[ok], minlength=n)[:n]
+        sm = g.column("sm_clock_mhz")
         with np.errstate(invalid="ignore", divide="ignore"):
             busy[i] = np.where(covered >= 0.5 * width, kernel / covered, np.nan)
-    return _Window(busy=busy, t0=t0, width_s=width)
+            hot = ok & ~np.isnan(sm) & (util >= 50.0)
+            n_hot = np.bincount(b[hot], minlength=n)[:n]
+            clocks[i] = np.where(n_hot > 0, np.bincount(b[hot], weights=sm[hot], minlength=n)[:n] / n_hot, np.nan)
+    return _Window(busy=busy, clock=clocks, t0=t0, width_s=width)
 
 
 def _in_windows(g: GpuSeries, w: _Window, windows: np.ndarray) -> np.ndarray:
@@ -132,8 +145,20 @@ def nvml_stragglers(gpus: Sequence[GpuSeries], period_s: float | None) -> list[S
             ratio = mine / peer
             slow = (peer >= ACTIVE_BUSY_FRACTION) & (ratio > 1.0 + TOL)
         windows = np.flatnonzero(slow)
+        source = SOURCE_BUSY
         if windows.size < MIN_WINDOWS:
-            continue
+            # Utilization cannot tell when the peers stay busy while they wait (a spinning NCCL collective): then
+            # a GPU whose SM clock is well below its peers' while all are busy holds them back, by the clock
+            # ratio if the step is compute-bound (an estimate, and said so).
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                peer_clock = np.nanmedian(np.delete(w.clock, i, axis=0), axis=0)
+                saturated = (mine >= SATURATED_BUSY) & (peer >= SATURATED_BUSY)
+                ratio = peer_clock / w.clock[i]
+                windows = np.flatnonzero(saturated & (ratio > 1.0 / CLOCK_GAP_STRAGGLER))
+            if windows.size < MIN_WINDOWS:
+                continue
+            source = SOURCE_CLOCK
         peers = [p for j, p in enumerate(with_util) if j != i]
         since = w.t0 + float(windows[0]) * w.width_s
         until = min(w.t0 + float(windows[-1] + 1) * w.width_s, float(g.ts[-1]))
@@ -143,14 +168,14 @@ def nvml_stragglers(gpus: Sequence[GpuSeries], period_s: float | None) -> list[S
         longest = max(runs, key=len)
         step_s = _span_period(peers, w.t0 + float(longest[0]) * w.width_s,
                               w.t0 + float(longest[-1] + 1) * w.width_s) or period_s
-        phase = float(np.median(mine[windows])) * step_s if step_s else None
-        peer_phase = float(np.median(peer[windows])) * step_s if step_s else None
+        by_busy = source == SOURCE_BUSY  # busy phases mean nothing when every GPU looked busy
+        phase = float(np.median(mine[windows])) * step_s if step_s and by_busy else None
+        peer_phase = float(np.median(peer[windows])) * step_s if step_s and by_busy else None
         cause = _cause(g, peers, w, windows)
         out.append(Straggler.model_validate({
             "rank": None, "gpu_uuid": g.uuid, "median_step_s": step_s,
             "slowdown_fraction": float(np.median(ratio[windows])) - 1.0,
             "busy_phase_s": phase, "peer_busy_phase_s": peer_phase,
             "since_ts": since, "until_ts": until, "seconds": float(windows.size) * w.width_s,
-            "window_s": w.width_s, "source": "nvml:busy phase per iteration (gpu_util_pct x time), clocks, power, "
-                                             "clock event reasons", **cause}))
+            "window_s": w.width_s, "source": source, **cause}))
     return out
