@@ -48,6 +48,8 @@ class AgentSettings(ClientSettings):
     # `hooks_layer_every`-th step) | "layers" (per-module timing on every step: more detail, more overhead)
     hooks_level: str = "default"
     hooks_layer_every: int = 100  # per-module timing every N-th step at hooks level "default"
+    # Count one step's FLOPs (step 1, torch.utils.flop_counter) for the report's MFU; false: never
+    hooks_flop_count: bool = True
     # Set by `fleetprof run --trace-allocator N` for the hooks: CUDA allocator trace of steps 1..N, uploaded as a
     # snapshot; 0 = off
     hooks_alloc_trace_steps: int = 0

@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report import write_report  # noqa: E402
 from server.analysis.base.jobdata import GpuSeries, JobData, StepSeries  # noqa: E402
 from server.analysis.characterize import characterize  # noqa: E402
+from server.analysis.health.findings import health_section  # noqa: E402
+from server.analysis.time.gpu_stragglers import nvml_stragglers  # noqa: E402
 
 GIB = 2**30
 
@@ -42,8 +44,13 @@ def synthetic_job(hours: float = 24.0, n_gpus: int = 8, hz: float = 1.0, step_s:
         counter = np.cumsum(power / hz) + 1e6 * i
         counter[n // 2:] -= counter[n // 2]  # a driver reload resets the counter
         used = 60 * GIB + 2 * GIB * busy + rng.normal(0, 0.1 * GIB, n)
+        # clock-event reasons (idle bit in the tail; GPU 3 thermally throttled for 2 h), clocks, temperature
+        hot = (i == 3) & (ts >= t0 + 3600) & (ts < t0 + 3 * 3600)
+        reasons = np.where(hot, 0x20, np.where(util < 5, 0x1, 0)).astype(np.float64)
         cols = {"gpu_util_pct": util, "mem_util_pct": util * 0.4, "power_w": power,
-                "energy_counter_j": counter, "memory_used_bytes": used, "memory_used_max_bytes": used + 0.2 * GIB}
+                "energy_counter_j": counter, "memory_used_bytes": used, "memory_used_max_bytes": used + 0.2 * GIB,
+                "throttle_reasons": reasons, "sm_clock_mhz": np.where(hot, 1400.0, 1980.0),
+                "temperature_c": np.where(hot, 88.0, 65.0)}
         gpus.append(GpuSeries(uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", memory_total_bytes=85520809984,
                               ts=ts, columns=cols, power_source="nvmlDeviceGetPowerUsage"))
     n_steps = int(hours * 3600 / step_s)
@@ -74,12 +81,20 @@ def main() -> None:
         report = characterize(job, now=float(job.ended_at or 0) + 60)
         times.append(time.perf_counter() - t)
     size = len(json.dumps(report))
+    t = time.perf_counter()
+    health = health_section(job.gpus)
+    health_s = time.perf_counter() - t
+    t = time.perf_counter()
+    nvml_stragglers(job.gpus, report["time"]["period_s"])
+    stragglers_s = time.perf_counter() - t
     rows = [
         ("gpus", args.gpus), ("samples", sum(g.ts.size for g in job.gpus)),
         ("step rows", len(job.steps) if job.steps else 0), ("build_s", f"{build_s:.2f}"),
         ("characterize best_s", f"{min(times):.3f}"), ("characterize median_s", f"{statistics.median(times):.3f}"),
         ("report_json_bytes", size), ("period_s", report["time"]["period_s"]),
         ("energy_source", report["energy"]["source"]),
+        ("of which health_s", f"{health_s:.3f}"), ("of which nvml_stragglers_s", f"{stragglers_s:.3f}"),
+        ("health findings", len(health.findings)),
     ]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
@@ -89,7 +104,8 @@ def main() -> None:
         "step_rows_count": len(job.steps) if job.steps else 0, "build_s": build_s,
         "characterize_best_s": min(times), "characterize_median_s": statistics.median(times),
         "report_json_bytes": size, "period_s": report["time"]["period_s"],
-        "energy_source": report["energy"]["source"]})
+        "energy_source": report["energy"]["source"], "health_s": health_s, "nvml_stragglers_s": stragglers_s,
+        "health_findings_count": len(health.findings)})
 
 
 if __name__ == "__main__":

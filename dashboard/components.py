@@ -100,3 +100,13 @@ def by_suffix(key: str, value: Any) -> str:
 
 def section(title: str, *children: Any, id: str | None = None) -> html.Section:
     return html.Section([html.H3(title), *children], className="card", **_id(id))
+
+
+def findings_list(findings: Sequence[Any], *, empty: str = "no findings") -> html.Ul | html.Span:
+    """Health findings (fleetprof.report.HealthFinding, or their JSON) as a list: kind, severity and the summary
+    (which carries the seconds, share and cost with their units)."""
+    items = []
+    for f in findings:
+        get = f.get if isinstance(f, dict) else lambda k, f=f: getattr(f, k, None)
+        items.append(html.Li([html.B(str(get("kind"))), f" ({get('severity') or 'info'}): ", str(get("summary"))]))
+    return html.Ul(items, className="findings") if items else html.Span(empty, className="muted")

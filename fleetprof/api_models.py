@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetprof.report import HealthFinding
+
 
 class JobRead(BaseModel):
     """GET /api/v1/jobs/{job_id}: a job's metadata and state. Times are epoch s."""
@@ -67,6 +69,34 @@ class JobWaste(BaseModel):
     idle_energy_j: float | None = Field(None, description="energy the job's GPUs drew while idle")
 
 
+class Goodput(BaseModel):
+    """Allocated GPU time (inside jobs' windows) split into buckets that add up to it (docs: "Goodput")."""
+
+    allocated_gpu_hours: float
+    idle_gpu_hours: float = Field(description="utilization below the idle threshold for 60 s or more")
+    input_stalled_gpu_hours: float = Field(description="no kernel running while the job ran: busy samples' "
+                                                       "(1 - utilization) and shorter idle gaps")
+    throttled_gpu_hours: float = Field(description="kernel time under a slowdown clock-event reason")
+    productive_gpu_hours: float = Field(description="kernel time at full clocks")
+    unknown_gpu_hours: float = Field(description="utilization unknown, or hours rolled up before goodput existed")
+    productive_fraction: float | None = Field(description="productive / (allocated - unknown)")
+
+
+class TeamGoodput(Goodput):
+    team: str | None = Field(description="null: jobs without a team")
+
+
+class GpuAttention(BaseModel):
+    """A GPU with health findings over the recent window."""
+
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    gpu_name: str | None
+    severity: str | None = Field(description="the worst of its findings: critical, warning or info")
+    findings: list[HealthFinding]
+
+
 class FleetSummary(BaseModel):
     """GET /api/v1/fleet/summary: the fleet over a window, from hourly rollups and the stored job fleet rows."""
 
@@ -86,6 +116,11 @@ class FleetSummary(BaseModel):
     memory_stranded_bytes: int | None
     most_wasteful_jobs: list[JobWaste]
     sources: dict[str, str]
+    goodput: Goodput | None = Field(None, description="the fleet's allocated GPU-hours in the window, by bucket")
+    goodput_by_team: list[TeamGoodput] = Field(default_factory=list)
+    gpus_needing_attention: list[GpuAttention] = Field(
+        default_factory=list, description="GPUs with health findings over the last attention_window_s")
+    attention_window_s: float | None = None
 
 
 class CompareRatios(BaseModel):

@@ -274,6 +274,10 @@ class FrameworkInfoEvent(_EventBase):
     framework_version: Annotated[str, Field(max_length=100)] | None = None
     # fp32/fp16/bf16/fp64 (the parameters' dtype) or amp_fp16/amp_bf16 (autocast on): `precision` normalized.
     precision_mode: Precision | None = None
+    # FLOPs of one training step of this rank (forward, backward, optimizer), counted once on step 1 by
+    # torch.utils.flop_counter.FlopCounterMode (issue #20: model FLOPs utilization); its source says how.
+    flops_per_step: NonNegFloat | None = None
+    flops_per_step_source: Annotated[str, Field(max_length=100)] | None = None
 
 
 Event = Annotated[

@@ -143,7 +143,7 @@ class AllocConfCandidate(Section):
     alloc_conf: str = Field(description="the PYTORCH_CUDA_ALLOC_CONF value simulated ('' = PyTorch's defaults)")
     peak_reserved_bytes: int | None = Field(description="simulated reserved peak; null: ran out of memory")
     out_of_memory: bool = Field(description="the simulation could not place an allocation within capacity")
-    note: str | None = Field(default=None, description="a condition the setting needs to act")
+    note: str | None = Field(None, description="a condition the setting needs to act")
 
 
 class AllocConfAdvice(Section):
@@ -182,15 +182,34 @@ class InputStalls(Section):
 
 class Straggler(Section):
     rank: int | None = Field(description="from the hooks' per-rank step times")
-    gpu_uuid: str | None = Field(None, description="when found from NVML alone (not analyzed yet)")
-    median_step_s: float
-    slowdown_fraction: float
+    gpu_uuid: str | None = Field(None, description="when found from NVML alone (busy phase per iteration)")
+    median_step_s: float | None = Field(description="hooks: the rank's median step time; NVML: the iteration period "
+                                                    "from telemetry while it straggled (its peers' signals over that "
+                                                    "span, else the job's period; null: not detected)")
+    slowdown_fraction: float = Field(description="hooks: rank median / job median - 1; NVML: the GPU's busy phase "
+                                                 "/ its peers' median - 1, median over the windows it straggled in")
+    busy_phase_s: float | None = Field(None, description="NVML: the GPU's kernel-busy time per iteration")
+    peer_busy_phase_s: float | None = Field(None, description="NVML: the peers' median busy time per iteration")
+    since_ts: float | None = Field(None, description="epoch s: start of the first window it straggled in")
+    until_ts: float | None = Field(None, description="epoch s: end of the last")
+    seconds: float | None = Field(None, description="time of the windows it straggled in")
+    window_s: float | None = Field(None, description="NVML: the analysis window (a few iterations)")
+    likely_cause: str | None = None
+    throttled_fraction: float | None = Field(None, description="share of those windows under its commonest "
+                                                               "slowdown reason")
+    sm_clock_mean_mhz: float | None = None
+    peer_sm_clock_mean_mhz: float | None = None
+    power_mean_w: float | None = None
+    peer_power_mean_w: float | None = None
+    source: str | None = None
 
 
 class Stragglers(Section):
-    ranks: int
+    ranks: int | None = Field(description="ranks seen by the hooks; null without hooks")
     median_step_s: float | None
     stragglers: list[Straggler]
+    gpus: int | None = Field(default=None, description="GPUs compared from NVML telemetry")
+    source: str | None = Field(default=None, description="hooks, nvml, or hooks+nvml")
 
 
 class LayerRow(Section):
@@ -233,7 +252,8 @@ class TimeSection(Section):
     gpu_busy_fraction: float | None
     gpu_active_sample_fraction: float | None
     input_stalls: InputStalls
-    stragglers: Stragglers | None = Field(description="from the hooks' per-rank step times; null without hooks")
+    stragglers: Stragglers | None = Field(description="from the hooks' per-rank step times and from NVML alone "
+                                                      "(gpu_uuid entries); null when neither could tell")
     gpu_util_spread_pct: float | None
     least_busy_gpu: str | None
     layers: list[LayerRow]
@@ -293,6 +313,22 @@ class FrameworkSection(Section):
     cuda_alloc_conf: str | None = Field(
         None, description="the PYTORCH_CUDA_ALLOC_CONF the job ran with ('' = PyTorch's defaults; null: unknown or "
                           "a CPU-only run)")
+    flops_per_step: float | None = Field(None, description="one rank's step, counted once by the hooks")
+    flops_per_step_source: str | None = None
+
+
+class MfuSection(Section):
+    """Model FLOPs utilization per GPU: flops_per_step x steps_per_s / peak_flops_per_s (null where one is unknown)."""
+
+    mfu_fraction: float | None
+    achieved_flops_per_s: float | None = Field(description="flops_per_step x steps_per_s, per GPU")
+    flops_per_step: float | None = Field(description="one rank's (one GPU's) step")
+    flops_per_step_source: str | None = Field(description="hooks:torch.utils.flop_counter... or estimate:<model>")
+    steps_per_s: float | None
+    steps_per_s_source: str | None
+    precision: str | None = Field(description="fp32, fp16 or bf16: the peak it is measured against")
+    peak_flops_per_s: float | None
+    peak_source: str | None
 
 
 class FingerprintSection(Section):
@@ -324,15 +360,37 @@ class Recommendation(Section):
 
 
 class HealthFinding(Section):
+    """One thing wrong with one GPU over the job's (or a fleet window's) samples. `kind`: thermal, power_cap,
+    hw_slowdown (NVML clock-event reasons; idle, application-clock and sync-boost bits are never slowdowns),
+    sm_clock_low, temperature_near_slowdown, xid, ecc_corrected, ecc_uncorrected, retired_pages,
+    retired_pages_pending, row_remap, row_remap_pending, row_remap_failed, pcie_replay, nvlink_errors."""
+
     gpu_uuid: str | None
     kind: str
-    seconds: float | None
-    fraction: float | None
+    seconds: float | None = Field(description="time the finding held (sample-and-hold); null for counted events")
+    fraction: float | None = Field(description="seconds / the time the GPU's samples cover in the window "
+                                               "(sm_clock_low: / the GPU's busy time)")
     summary: str
+    severity: Literal["critical", "warning", "info"] | None = None
+    since_ts: float | None = Field(None, description="epoch s: first sample showing it")
+    until_ts: float | None = Field(None, description="epoch s: last sample showing it")
+    episodes: int | None = Field(None, description="separate stretches of samples showing it")
+    count: int | None = Field(None, description="events or errors counted (XIDs, counter increase)")
+    xids: list[int] | None = None
+    sm_clock_mean_mhz: float | None = Field(None, description="mean SM clock while it held")
+    sm_clock_reference_mhz: float | None = Field(None, description="the SM clock it is compared with")
+    sm_clock_reference_source: str | None = None
+    sm_clock_drop_pct: float | None = Field(None, description="(1 - mean / reference) x 100: the cost in clock")
+    temperature_max_c: float | None = None
+    slowdown_temperature_c: float | None = None
+    slowdown_temperature_source: str | None = None
+    source: str | None = Field(None, description="the NVML signal it was read from")
 
 
 class HealthSection(Section):
-    findings: list[HealthFinding]
+    findings: list[HealthFinding] = Field(description="most severe first, then longest")
+    gpus_checked: int | None = None
+    gpus_with_findings: int | None = None
 
 
 # -------------------------------------------------------------------------------------------- traces, sources
@@ -396,6 +454,8 @@ class Sources(Section):
     utilization_gpu_mean_pct: str | None = _source("utilization.gpu_mean_pct")
     utilization_memory_mean_pct: str | None = _source("utilization.memory_mean_pct")
     optimization: str | None = _source("optimization")
+    health_findings: str | None = _source("health.findings")
+    mfu_mfu_fraction: str | None = _source("mfu.mfu_fraction")
 
 
 # ------------------------------------------------------------------------------------------------ the report
@@ -424,3 +484,4 @@ class JobReport(Section):
     captures: CapturesSection | None = Field(None, description="live captures (issue #19); null: none requested")
     fingerprint: FingerprintSection | None = Field(None, description="the model's fingerprint (issue #21); null: "
                                                                      "no hooks, or hooks before fingerprints")
+    mfu: MfuSection | None = Field(None, description="model FLOPs utilization (issue #20)")

@@ -45,6 +45,7 @@ class FrameworkInfo:
         self._autocast_dtype: str | None = None
         self._patched: tuple[Any, Any] | None = None  # (DataLoader class, its original __iter__)
         self._fingerprint: ModelFingerprint | None = None
+        self.flops_per_step: int | None = None  # one step's FLOPs (agent.hooks.flops), None: not counted
 
     # ------------------------------------------------------------------ what the Profiler feeds in
 
@@ -125,6 +126,8 @@ class FrameworkInfo:
             "batch_size": batch, "batch_size_source": batch_source, "model_class": self._model_class,
             "parameter_count": self._parameter_count, "optimizers": list(self._optimizers) or None,
             "precision": precision, "precision_source": precision_source,
+            "flops_per_step": None if self.flops_per_step is None else float(self.flops_per_step),
+            "flops_per_step_source": "torch.utils.flop_counter:step 1" if self.flops_per_step is not None else None,
         }
         if self._fingerprint is not None:
             fields.update(self._fingerprint.fields(optimizers=list(self._optimizers),

@@ -50,6 +50,7 @@ from agent.hooks.capture import CaptureManager
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
 from agent.hooks.events import EventFactory, sample_count
+from agent.hooks.flops import StepFlops
 from agent.hooks.framework_info import FrameworkInfo
 from agent.hooks.layers import LayerSampler, iter_tensors
 from agent.hooks.memory import RssPeak, StepMemory
@@ -83,7 +84,7 @@ class Profiler:
 
     def __init__(self, *, job_id: str, sender: EventSender, level: str = "default", layer_every: int = 50,
                  alloc_trace_steps: int = 0, profile_steps: int = 0, capture_poll_s: float = 0.0,
-                 rss: RssPeak | None = None,
+                 flop_count: bool = True, rss: RssPeak | None = None,
                  clock: Callable[[], float] = time.time, perf: Callable[[], float] = time.perf_counter):
         if level not in LEVELS:
             raise ValueError(f"hooks level {level!r} is not one of {LEVELS}")
@@ -128,6 +129,7 @@ class Profiler:
                                        rank=lambda: self._events.rank, other_trace_active=self._other_trace_active)
         self._info = FrameworkInfo(torch)
         self._info_sent: dict[str, Any] | None = None
+        self._flops = StepFlops(torch, enabled=flop_count)  # one step's FLOPs (steps 1), for MFU
 
     # ------------------------------------------------------------------ install / teardown
 
@@ -154,6 +156,7 @@ class Profiler:
     def close(self, timeout_s: float = 2.0) -> None:
         """Flush (atexit): finished CUDA timings, then the queue, waiting at most `timeout_s`."""
         self._remove_module_hooks()
+        self._flops.close()
         if self._opt_handle is not None:
             self._opt_handle.remove()  # never from inside a hook: the optimizer iterates its hooks live
             self._opt_handle = None
@@ -257,6 +260,7 @@ class Profiler:
             self._fail(exc)
 
     def _cleanup_after_failure(self) -> None:
+        self._flops.close()
         if self._handles or self._discovery.handles or self._sampler.active:
             self._remove_module_hooks()
             if self._alloc_trace.active:
@@ -293,6 +297,10 @@ class Profiler:
             self._info.note_step_samples(samples)
         self.steps_done = done = step + 1
         self._samples = None
+        if not self._flops.done:  # the end of step 0 starts the count, the end of step 1 reads it
+            self._flops.tick(done, other_trace_active=self._other_trace_active(),
+                             model=self._model() if self._model is not None else None)
+            self._info.flops_per_step = self._flops.flops_per_step
         self._forwards = 0
         self._last_boundary_by_opt = False
         if self._discovery.active:
@@ -425,7 +433,7 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
                         layer_every=1 if level == "layers" else settings.hooks_layer_every,
                         alloc_trace_steps=settings.hooks_alloc_trace_steps,
                         profile_steps=settings.hooks_profile_steps,
-                        capture_poll_s=settings.hooks_capture_poll_s)
+                        capture_poll_s=settings.hooks_capture_poll_s, flop_count=settings.hooks_flop_count)
         # A multiprocessing child (DataLoader spawn worker, mp.spawn rank) announces itself only if it
         # takes a step, so idle workers stay silent.
         import multiprocessing

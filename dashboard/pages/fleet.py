@@ -1,4 +1,5 @@
-"""Fleet overview (operators): KPIs, utilization heatmap, headroom distribution, wasteful jobs, energy."""
+"""Fleet overview (operators): KPIs, utilization heatmap, headroom distribution, goodput, GPUs needing attention,
+wasteful jobs, energy."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ from flask import current_app
 from dashboard import data, figures
 from dashboard import format as fmt
 from dashboard.client import ApiError, gather
-from dashboard.components import APP_CONFIG_KEY, client_for, error_box, is_operator, job_link, kpi, node_link, table
+from dashboard.components import (
+    APP_CONFIG_KEY,
+    client_for,
+    error_box,
+    findings_list,
+    is_operator,
+    job_link,
+    kpi,
+    node_link,
+    table,
+)
 from dashboard.session import AuthStore
-from fleetprof.api_models import FleetSummary, JobWaste
+from fleetprof.api_models import FleetSummary, Goodput, JobWaste
 
 WINDOWS = (("6 hours", "6h"), ("24 hours", "24h"), ("7 days", "7d"), ("30 days", "30d"))
 _GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
@@ -36,6 +47,9 @@ def layout(**_: Any) -> html.Div:
             html.Div(dcc.Graph(id="fleet-energy", config=_GRAPH_CONFIG), className="half"),
             html.Div(dcc.Graph(id="fleet-headroom", config=_GRAPH_CONFIG), className="half"),
         ], className="row"),
+        html.Section([html.H3("Goodput: allocated GPU-hours by what they did"), html.Div(id="fleet-goodput")],
+                     className="card"),
+        html.Section([html.H3("GPUs needing attention"), html.Div(id="fleet-attention")], className="card"),
         html.Section([html.H3("Most wasteful jobs"), html.Div(id="fleet-wasteful")], className="card"),
         html.Section([html.H3("Idle GPUs now"), html.Div(id="fleet-idle")], className="card"),
     ])
@@ -69,6 +83,26 @@ def wasteful_rows(jobs: list[JobWaste]) -> list[list[Any]]:
              fmt.energy(j.idle_energy_j)] for j in jobs]
 
 
+GOODPUT_COLUMNS = ["team", "allocated", "idle", "input-stalled", "throttled", "productive", "unknown",
+                   "productive share"]
+
+
+def goodput_rows(summary: FleetSummary) -> list[list[Any]]:
+    """The fleet's row first, then one per team; each bucket in GPU-hours (they add up to `allocated`)."""
+    def row(label: str, g: Goodput) -> list[Any]:
+        return [label, fmt.hours(g.allocated_gpu_hours), fmt.hours(g.idle_gpu_hours),
+                fmt.hours(g.input_stalled_gpu_hours), fmt.hours(g.throttled_gpu_hours),
+                fmt.hours(g.productive_gpu_hours), fmt.hours(g.unknown_gpu_hours),
+                fmt.fraction_pct(g.productive_fraction)]
+    rows = [row("fleet", summary.goodput)] if summary.goodput is not None else []
+    return rows + [row(t.team if t.team is not None else "(no team)", t) for t in summary.goodput_by_team]
+
+
+def attention_rows(summary: FleetSummary) -> list[list[Any]]:
+    return [[node_link(a.node), str(a.gpu_index), fmt.text(a.gpu_name), fmt.text(a.severity),
+             findings_list(a.findings), a.gpu_uuid] for a in summary.gpus_needing_attention]
+
+
 def register_callbacks(app: dash.Dash) -> None:
     inputs = (Input("fleet-window", "value"), Input("fleet-interval", "n_intervals"), Input("auth", "data"))
 
@@ -79,7 +113,8 @@ def register_callbacks(app: dash.Dash) -> None:
                          " or ", dcc.Link("sign in", href="/signin"), " as an operator."], className="error",
                         id="fleet-need-operator")
 
-    @app.callback(Output("fleet-kpis", "children"), Output("fleet-wasteful", "children"),
+    @app.callback(Output("fleet-kpis", "children"), Output("fleet-goodput", "children"),
+                  Output("fleet-attention", "children"), Output("fleet-wasteful", "children"),
                   Output("fleet-idle", "children"), Output("fleet-updated", "children"),
                   Output("fleet-heatmap", "figure"), Output("fleet-energy", "figure"),
                   Output("fleet-headroom", "figure"), *inputs)
@@ -87,7 +122,7 @@ def register_callbacks(app: dash.Dash) -> None:
         """The whole page from three API calls made at once."""
         if (msg := _need_operator(auth)) is not None:
             empty = figures.empty_figure("operator token needed")
-            return msg, "", "", "", empty, empty, empty
+            return msg, "", "", "", "", "", empty, empty, empty
         try:
             with client_for(auth) as c:
                 answer, t, h = gather(lambda: c.fleet_summary(window), lambda: c.fleet_timeline(window),
@@ -105,7 +140,7 @@ def register_callbacks(app: dash.Dash) -> None:
         headroom = figures.empty_figure(f"headroom unavailable: {h}") if isinstance(h, ApiError) \
             else figures.headroom_histogram(h)
         if isinstance(s, ApiError):
-            return error_box(s, id="fleet-error"), "", "", "", heatmap, energy, headroom
+            return error_box(s, id="fleet-error"), "", "", "", "", "", heatmap, energy, headroom
         wasteful = table(["job", "team", "GPUs", "GPU busy", "wasted", "stranded memory", "idle energy"],
                          wasteful_rows(s.most_wasteful_jobs), id="fleet-wasteful-table",
                          empty="no job reports in this window")
@@ -114,7 +149,13 @@ def register_callbacks(app: dash.Dash) -> None:
                       for g in (s.model_extra or {}).get("idle_gpus") or []],  # not declared: a newer API's
                      empty=f"{fmt.count(s.idle_gpus_now, 'idle GPUs')} now (the API lists none by name)")
         kpis = kpi_cards(s, None if isinstance(t, ApiError) else t)
-        return kpis, wasteful, idle, f"updated {fmt.timestamp(s.generated_at)}", heatmap, energy, headroom
+        goodput = table(GOODPUT_COLUMNS, goodput_rows(s), id="fleet-goodput-table",
+                        empty="no job's GPU time in this window (or the collector predates goodput)")
+        window = fmt.seconds(s.attention_window_s) if s.attention_window_s is not None else "recent window"
+        attention = table(["node", "GPU", "model", "severity", f"findings (last {window})", "uuid"],
+                          attention_rows(s), id="fleet-attention-table", empty="no GPU needs attention")
+        return (kpis, goodput, attention, wasteful, idle, f"updated {fmt.timestamp(s.generated_at)}", heatmap, energy,
+                headroom)
 
 
 def register_pages() -> None:

@@ -167,7 +167,30 @@ def kpis(report: JobReport) -> html.Div:
         kpi("Throughput", fmt.count(tm.samples_per_s, "samples/s"),
             fmt.source(src.time_steps) if tm.samples_per_s is not None else None, id="job-throughput"),
         kpi("Iteration period", fmt.seconds(tm.period_s), fmt.source(src.time_period_s), id="job-period"),
+        kpi("MFU", fmt.fraction_pct(report.mfu.mfu_fraction if report.mfu else None),
+            fmt.source(src.mfu_mfu_fraction), id="job-mfu"),
     ], className="kpis")
+
+
+def health_section(report: JobReport) -> html.Section:
+    """Health findings per GPU (throttling, clocks, temperature, XID, error counters) and the stragglers found
+    from NVML alone; "unknown" from a collector that predates them."""
+    health = report.health
+    if health is None:
+        body: Any = html.Div(fmt.UNKNOWN + " (the report has no health section)", className="empty")
+    else:
+        rows = [[f.gpu_uuid or fmt.UNKNOWN, f.kind, f.severity or "info", fmt.seconds(f.seconds),
+                 fmt.fraction_pct(f.fraction), fmt.timestamp(f.since_ts), f.summary] for f in health.findings]
+        body = table(["GPU", "kind", "severity", "for", "share", "since", "what"], rows, id="job-health",
+                     empty=f"no findings on {fmt.count(health.gpus_checked, 'GPUs')}")
+    st = report.time.stragglers
+    by_gpu = [s for s in (st.stragglers if st else []) if s.gpu_uuid]
+    stragglers = table(["GPU", "slower by", "busy phase / iteration", "peers'", "from", "to", "likely cause"],
+                       [[s.gpu_uuid or "", fmt.fraction_pct(s.slowdown_fraction), fmt.seconds(s.busy_phase_s),
+                         fmt.seconds(s.peer_busy_phase_s), fmt.timestamp(s.since_ts), fmt.timestamp(s.until_ts),
+                         fmt.text(s.likely_cause)] for s in by_gpu],
+                       id="job-gpu-stragglers", empty="no straggling GPU found from NVML")
+    return section("GPU health (NVML)", body, html.H4("Stragglers from NVML"), stragglers, id="job-health-card")
 
 
 def energy_card(report: JobReport) -> html.Section:
@@ -523,6 +546,7 @@ def register_callbacks(app: dash.Dash) -> None:
             return error_box(exc, id="job-error"), [], job_id, figures.empty_figure("not available")
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
+                   health_section(report),
                    optimization_section(report), framework_section(report), layers_section(report),
                    gpus_section(report),
                    processes_section(report), sources_section(report),

@@ -11,7 +11,7 @@ from dash import Input, Output, dcc, html
 from dashboard import data
 from dashboard import format as fmt
 from dashboard.client import ApiError
-from dashboard.components import client_for, error_box, job_link, node_link, section, table
+from dashboard.components import client_for, error_box, findings_list, job_link, node_link, section, table
 from dashboard.session import AuthStore
 
 
@@ -68,7 +68,14 @@ def register_callbacks(app: dash.Dash) -> None:
                      fmt.timestamp(g.get("last_seen_at")), g["uuid"]] for g in gpus]
         job_rows = [[job_link(j.job_id), fmt.text(j.name), fmt.text(j.team), fmt.count(len(j.gpu_uuids), "GPUs"),
                      fmt.timestamp(j.started_at)] for j in jobs]
-        return [section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG device",
+        # findings: null from a collector that predates them (unknown), [] when checked and clean
+        attention = [[str(g["index"]), fmt.text(g["name"]), findings_list(g["findings"]), g["uuid"]]
+                     for g in gpus if g.get("findings")]
+        checked = any(g.get("findings") is not None for g in gpus)
+        return [section("GPUs needing attention (last hour)",
+                        table(["GPU", "model", "findings", "uuid"], attention, id="node-attention",
+                              empty="no GPU needs attention" if checked else "unknown (the API gave no findings)")),
+                section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG device",
                                        "last seen", "uuid"], gpu_rows, id="node-gpus")),
                 section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,
                                               id="node-jobs", empty="no running job on this node"))]

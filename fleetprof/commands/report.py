@@ -43,8 +43,22 @@ def format_table(report: dict[str, Any]) -> str:
     if gpus:
         lines.append("\n[gpus]")
         lines += record_lines(gpus, "  ", None)
+    lines += health_lines(report.get("health"))
     lines += recommendation_lines(report.get("recommendations") or [])
     return "\n".join(lines) + "\n"
+
+
+def health_lines(health: Any) -> list[str]:
+    """The health section: one line per finding (GPU, kind, summary); 'no findings' when checked and clean."""
+    if not isinstance(health, dict):
+        return []
+    findings = health.get("findings") or []
+    lines = ["\n[health]"]
+    if not findings:
+        lines.append(f"  no findings ({health.get('gpus_checked')} GPUs checked)")
+    for f in findings:
+        lines.append(f"  {f.get('gpu_uuid')}  {f.get('kind')} ({f.get('severity') or 'info'}): {f.get('summary')}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,15 +19,18 @@ from server.analysis.base.jobdata import GpuSeries, JobData, jsonable
 from server.analysis.energy import accounting as energy_mod
 from server.analysis.energy.power_limit import gpu_setting
 from server.analysis.fleet import rightsizing
+from server.analysis.health.findings import health_section
 from server.analysis.memory import usage as memory
+from server.analysis.time import mfu as mfu_mod
 from server.analysis.time import timing
 
 log = logging.getLogger(__name__)
 
 # Bump whenever a figure's definition changes: cached reports of older versions are recomputed.
+# 5: health findings, stragglers from NVML alone, MFU (issue 20);
 # 4: framework section, GPU power limits, memory breakdown, fit and allocator advice (issues 17, 18);
 # 3: other jobs' ids no longer in memory.processes (issue 15)
-ANALYZER_VERSION = 4
+ANALYZER_VERSION = 5
 
 
 def job_duration_s(job: JobData, *, now: float) -> float | None:
@@ -95,6 +98,15 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     sources["energy.energy_j"] = energy.source
     sources["energy.energy_per_step_j"] = "energy/framework_steps" if energy.energy_per_step_j is not None else None
 
+    mfu = mfu_mod.mfu_section(job, steps=tm.steps, step_time_mean_s=tm.step_time_s.mean, period_s=tm.period_s)
+    sources["mfu.mfu_fraction"] = (f"{mfu.flops_per_step_source} x {mfu.steps_per_s_source} / {mfu.peak_source}"
+                                   if mfu.mfu_fraction is not None else None)
+
+    # ---- health: slowdowns, clocks, temperature, XID and error counters per GPU
+    health = health_section(job.gpus)
+    sources["health.findings"] = ("nvml:clock event reasons, clocks, temperature, XID, ECC/retired pages/row "
+                                  "remapping, PCIe replay, NVLink error counters")
+
     util = _utilization(job.gpus)
     sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util.gpu_mean_pct is not None else None
     sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util.memory_mean_pct is not None else None
@@ -121,7 +133,7 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
     if fp_section is not None:
         framework["fingerprint"] = fp_section
     return JobReport(**head, gpus=gpus, memory=mem, time=tm, utilization=util, energy=energy,
-                     sources=Sources.model_validate(sources), **framework,
+                     sources=Sources.model_validate(sources), **framework, health=health, mfu=mfu,
                      rightsizing_inputs=view["rightsizing_inputs"],
                      recommendations=rightsizing.job_recommendations(view))
 
@@ -136,7 +148,8 @@ def framework_section(info: dict[str, Any] | None) -> FrameworkSection | None:
         parameter_count=info.get("parameter_count"), optimizers=info.get("optimizers"),
         precision=info.get("precision"), precision_source=info.get("precision_source"), device=info.get("device"),
         device_memory_total_bytes=info.get("device_memory_total_bytes"),
-        device_memory_source=info.get("device_memory_source"), cuda_alloc_conf=info.get("cuda_alloc_conf"))
+        device_memory_source=info.get("device_memory_source"), cuda_alloc_conf=info.get("cuda_alloc_conf"),
+        flops_per_step=info.get("flops_per_step"), flops_per_step_source=info.get("flops_per_step_source"))
 
 
 def fingerprint_section(info: dict[str, Any] | None, *, batch_size: int | None) -> FingerprintSection | None:

@@ -26,9 +26,11 @@ from sqlalchemy.sql.elements import Label
 
 from server.analysis import characterize as characterize_mod
 from server.analysis.energy.accounting import IDLE_UTIL_PCT
+from server.analysis.fleet.goodput import goodput_figures
 from server.analysis.fleet.rollup import (
     ENERGY_SOURCE,
     ENERGY_SOURCES,
+    GOODPUT_FIELDS,
     ROLLUP_FIELDS,
     attributed_rollup,
     attribution_weights,
@@ -44,6 +46,7 @@ from server.auth.policy import link_window
 from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel, rowcount
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
 from server.models.base import from_epoch
+from server.nodes.attention import ATTENTION_WINDOW_S, attention_list
 from server.storage.bulk import insert_ignore
 from server.storage.partitions import DAY_S, day_of
 
@@ -174,9 +177,10 @@ def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: floa
     t = GpuSample.__table__
     a = float_rows(session, select(
         t.c.gpu_id, epoch_column(session, t.c.ts), t.c.gpu_util_pct,
-        func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j)
+        func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j,
+        t.c.throttle_reasons)
         .where(t.c.gpu_id >= first_id, t.c.gpu_id <= last_id,
-               t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts), 6)
+               t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts), 7)
     if not a.size:
         return 0
     fields = [*ROLLUP_FIELDS, ENERGY_SOURCE]
@@ -186,7 +190,7 @@ def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: floa
     for part in np.split(a, bounds):
         gpu_id = int(part[0, 0])
         terms = sample_terms(part[:, 1], gpu_util_pct=part[:, 2], memory_used_bytes=part[:, 3], power_w=part[:, 4],
-                             energy_counter_j=part[:, 5])
+                             energy_counter_j=part[:, 5], throttle_reasons=part[:, 6])
         r = reduce_hours(terms)
         keep = (r["hour_start"] >= h0) & (r["hour_start"] < h1)
         per_gpu["gpu_id"].extend([gpu_id] * int(keep.sum()))
@@ -378,6 +382,9 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
     # (10,000 GPUs x 24 h, 5,000 jobs: GPUs now ~37 ms, rollup sums ~45, GPUs in the window ~35, job
     # figures ~30, overlapped on as many cores as there are).
     now_read = read_in_parallel(session, _gpus_now, now)
+    goodput_read = read_in_parallel(session, _goodput, start, now)
+    attention_window = min(window_s, ATTENTION_WINDOW_S)
+    attention_read = read_in_parallel(session, lambda s: attention_list(s, now=now, window_s=attention_window))
     jobs_read = read_in_parallel(session, _summary_job_figures, since)
     hours = and_(GpuHourly.hour >= from_epoch(first_hour(start)), GpuHourly.hour < from_epoch(now))
     # GPUs with rollups in the window: one primary-key probe per GPU (count(DISTINCT) sorted every row: ~75 ms).
@@ -392,6 +399,11 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
                  for k, v in zip(("busy_s", "util_busy_s", "energy_j"), row[1:], strict=True)}}
     out = summary_from_totals(totals, window_s=window_s, gpus_now=now_read.result(),
                               jobs=jobs_read.result())
+    fleet_goodput, by_team = goodput_read.result()
+    out["goodput"] = fleet_goodput
+    out["goodput_by_team"] = by_team
+    out["attention_window_s"] = attention_window
+    out["gpus_needing_attention"] = [a.model_dump() for a in attention_read.result()]
     out["window_s"] = window_s
     out["generated_at"] = now
     out["gpus_total"] = session.scalar(select(func.count()).select_from(Gpu)) or 0
@@ -400,5 +412,24 @@ def summary(session: Session, *, window_s: float, now: float | None = None) -> d
         "busy_gpu_hours": "time with gpu_util_pct >= idle threshold",
         "energy_j": "hardware energy counter deltas, else integrated power, per rollup hour",
         "memory_stranded_bytes": "job reports: GPU capacity - NVML peak used, summed over jobs in the window",
+        "goodput": "hourly job rollups (gpu_job_hourly) of NVML gpu_util_pct and clock event reasons: idle (< idle "
+                   "threshold for 60 s or more), input-stalled (no kernel while the job ran), throttled (kernel time "
+                   "under a slowdown reason), productive; unknown: utilization unknown or rolled up before goodput",
+        "gpus_needing_attention": "over the last attention_window_s: slowdown seconds from the hourly rollups; XID, "
+                                  "ECC / retired pages / row remapping / PCIe replay / NVLink counters and flags from "
+                                  "each GPU's first and last NVML sample of the window",
     }
     return out
+
+
+def _goodput(session: Session, start: float, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """server.analysis.fleet.goodput figures of the allocated time (rows of a job) in the hours starting in the
+    window, for the fleet and per team: one aggregate grouped by team."""
+    t = GpuJobHourly.__table__
+    sums = [func.sum(t.c.covered_s).label("covered_s"), *(func.sum(t.c[f]).label(f) for f in GOODPUT_FIELDS)]
+    rows = session.execute(
+        select(Job.team, *sums).select_from(t).join(Job, Job.id == t.c.job_pk)
+        .where(t.c.hour >= from_epoch(first_hour(start)), t.c.hour < from_epoch(now)).group_by(Job.team)
+        .order_by(Job.team)).mappings().all()
+    fleet = {k: sum(float(r[k] or 0.0) for r in rows) for k in ("covered_s", *GOODPUT_FIELDS)}
+    return goodput_figures(fleet), [{"team": r["team"], **goodput_figures(dict(r))} for r in rows]

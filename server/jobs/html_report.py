@@ -74,6 +74,11 @@ def render_report_html(report: dict[str, Any], series: dict[str, list[Any]]) -> 
     gpus = report.get("gpus") or []
     if gpus:
         parts.append(f"<h2>GPUs</h2>{_records(gpus, None)}")
+    health = report.get("health")
+    if isinstance(health, dict):
+        items = "".join(f"<li><b>{html.escape(str(f.get('kind')))}</b> on {html.escape(str(f.get('gpu_uuid')))}: "
+                        f"{html.escape(str(f.get('summary')))}</li>" for f in health.get("findings") or [])
+        parts.append(f"<h2>Health</h2><ul>{items or '<li>no findings</li>'}</ul>")
     recs = report.get("recommendations") or []
     if recs:
         items = "".join(f"<li><b>{html.escape(str(r.get('summary')))}</b> — {html.escape(str(r.get('reason')))}"

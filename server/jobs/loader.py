@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
@@ -50,8 +51,11 @@ def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
     stmt = (select(epoch_column(session, table.c.ts), *(table.c[c] for c in columns))
             .where(table.c.gpu_id == gpu.id, table.c.ts >= start, table.c.ts <= end).order_by(table.c.ts))
     data = float_rows(session, stmt, len(columns) + 1)
+    # max_sm_clock_mhz / slowdown_temperature_c: GPU facts of issue #20, read when the gpus table has them
     return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
-                     columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source)
+                     columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source,
+                     max_sm_clock_mhz=getattr(gpu, "max_sm_clock_mhz", None),
+                     slowdown_temperature_c=getattr(gpu, "slowdown_temperature_c", None))
 
 
 def load_process_peaks(session: Session, gpu: Gpu, start: datetime, end: datetime) -> list[ProcessPeak]:
@@ -145,6 +149,12 @@ def _layer_step_s(session: Session, job: Job) -> float | None:
     return None if value is None else float(value)
 
 
+def _estimate_of(job: Job) -> dict[str, Any] | None:
+    """The estimate stored with the job (`metadata.estimate`), when it is one."""
+    est = (job.extra or {}).get("estimate")
+    return est if isinstance(est, dict) else None
+
+
 def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: float,
                   incremental: bool = False) -> JobData:
     """The job's arrays; `incremental` (a running job): what this process read last time, plus what came since."""
@@ -168,6 +178,7 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
         layers=_load_layers(session, job), layer_step_s=_layer_step_s(session, job), oom_events=int(oom),
         processes=[p for r in process_reads for p in r.result()],
         framework=framework_of(job),
+        estimate=_estimate_of(job),
         # Uploaded traces are merged after characterization (server.analysis.traces.sections).
         trace_summaries=[],
         energy_settings=EnergySettings(grid_intensity_g_per_kwh=settings.grid_intensity_g_per_kwh, pue=settings.pue,

@@ -30,3 +30,12 @@ class GpuJobHourly(Base):
     energy_source: Mapped[str | None] = mapped_column(String(32))
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     util_mean_pct: Mapped[float | None] = mapped_column(Float)
+    # Goodput (server.analysis.fleet.goodput): the util-known time split four ways; null: before migration 0014.
+    idle_s: Mapped[float | None] = mapped_column(Float)
+    stalled_s: Mapped[float | None] = mapped_column(Float)
+    throttled_s: Mapped[float | None] = mapped_column(Float)
+    productive_s: Mapped[float | None] = mapped_column(Float)
+    # Seconds under each slowdown clock-event reason (health.reasons); null: no reasons reading (or before 0014).
+    thermal_s: Mapped[float | None] = mapped_column(Float)
+    power_cap_s: Mapped[float | None] = mapped_column(Float)
+    hw_slowdown_s: Mapped[float | None] = mapped_column(Float)

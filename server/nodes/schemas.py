@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from fleetprof.report import HealthFinding
 
 
 class GpuRead(BaseModel):
@@ -17,6 +19,8 @@ class GpuRead(BaseModel):
     power_limit_w: float | None
     healthy: bool
     last_seen_at: float | None
+    findings: list[HealthFinding] | None = Field(
+        default=None, description="health findings over the last hour (GET /gpus?node=N only; null: not computed)")
 
 
 class NodeRead(BaseModel):

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from fleetprof.protocol import GpuInfo, NodeInfo
 from server.models import Gpu, Node
 from server.models.base import to_epoch, utcnow
+from server.nodes.attention import gpus_needing_attention
 from server.nodes.schemas import GpuRead, NodeRead
 
 
@@ -152,6 +153,8 @@ def list_nodes(session: Session) -> list[NodeRead]:
 def list_gpus(session: Session, *, node: str | None = None) -> list[GpuRead]:
     """Every GPU (of `node` alone when given), by node name and index."""
     stmt = select(Gpu, Node.name).join(Node, Node.id == Gpu.node_id).order_by(Node.name, Gpu.index)
-    if node is not None:
-        stmt = stmt.where(Node.name == node)
-    return [_gpu_read(g, name) for g, name in session.execute(stmt)]
+    if node is None:
+        return [_gpu_read(g, name) for g, name in session.execute(stmt)]
+    found = gpus_needing_attention(session, now=time.time(), node=node)
+    return [_gpu_read(g, name).model_copy(update={"findings": found.get(g.uuid, [])})
+            for g, name in session.execute(stmt.where(Node.name == node))]

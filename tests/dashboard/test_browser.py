@@ -84,6 +84,11 @@ def test_operator_walks_every_page(chrome, dashboard_url, seeded, live_server) -
     summary = httpx.get(f"{live_server}/api/v1/fleet/summary", headers=auth(seeded["operator"]), timeout=30)
     if summary.status_code == 200:
         _wait(driver, "#kpi-gpus-value", fmt.count(summary.json()["gpus_total"]))
+        # goodput (the fleet's allocated hours, or why there are none) and the GPUs needing attention
+        goodput = summary.json()["goodput"]
+        _wait(driver, "#fleet-goodput", fmt.hours(goodput["allocated_gpu_hours"]) if goodput else "no job's GPU time")
+        attention = summary.json()["gpus_needing_attention"]
+        _wait(driver, "#fleet-attention", attention[0]["gpu_uuid"] if attention else "no GPU needs attention")
     else:
         _wait(driver, "#fleet-error", str(summary.status_code))
 
@@ -107,11 +112,14 @@ def test_operator_walks_every_page(chrome, dashboard_url, seeded, live_server) -
             "const d = p && p._fullData;"  # decoded traces (typed arrays arrive base64-encoded in p.data)
             "return !!(d && d.length > 0 && d[0].x && d[0].x.length >= 2);", g))
     _wait(driver, "#job-recommendations", seeded["report"]["recommendations"][0]["summary"])
+    findings = (seeded["report"].get("health") or {}).get("findings")
+    _wait(driver, "#job-health-card", findings[0]["summary"] if findings else "no findings on")
 
     _click_link(driver, "Nodes")
     _wait(driver, "#nodes-list", "n1")
     _click_link(driver, "n1")
     _wait(driver, "#node-gpus", "NVIDIA H100 80GB HBM3")
+    _wait(driver, "#node-detail", "GPUs needing attention (last hour)")
     header = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#node-gpus th")]
     first = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#node-gpus tbody tr:first-child td")]
     assert first[header.index("MIG device")] == "no"  # a whole GPU: known, so not "unknown"

@@ -111,3 +111,48 @@ def test_framework_section_shows_what_the_hooks_read(report: JobReport) -> None:
     assert "64 (flag; hooks read 48 from dataloader)" in text and "__main__.ConvNet" in text
     assert "bfloat16 (autocast)" in text and "16.00 GiB (host_memory)" in text and "Adam" in text
     assert framework_section(report.model_copy(update={"framework": None})) is None
+
+
+def test_health_card_lists_findings_and_nvml_stragglers_or_says_unknown(report: JobReport) -> None:
+    from dashboard.pages.job import health_section, kpis
+    from fleetprof.report import HealthFinding, HealthSection, Straggler, Stragglers
+
+    finding = HealthFinding(gpu_uuid="GPU-2", kind="thermal", seconds=600.0, fraction=0.4, severity="warning",
+                            summary="thermal slowdown: SM clock -29 % (1400 vs 1980 MHz) for 10.0 min")
+    slow = Straggler.model_validate({"rank": None, "gpu_uuid": "GPU-2", "median_step_s": 10.5,
+                                     "slowdown_fraction": 0.31, "busy_phase_s": 10.4, "peer_busy_phase_s": 8.0,
+                                     "likely_cause": "thermal throttling"})
+    time = report.time.model_copy(update={"stragglers": Stragglers(ranks=None, median_step_s=10.5, stragglers=[slow],
+                                                                   gpus=4, source="nvml")})
+    text = _text(health_section(report.model_copy(update={
+        "health": HealthSection(findings=[finding], gpus_checked=4, gpus_with_findings=1), "time": time})))
+    assert "SM clock -29 %" in text and "10.0 min" in text and "40.0 %" in text
+    assert "thermal throttling" in text and "31.0 %" in text
+    old = _text(health_section(report.model_copy(update={"health": None})))
+    assert "unknown" in old and "no straggling GPU" in old
+    assert "job-mfu" in _text(kpis(report)) and "unknown" in _text(kpis(report.model_copy(update={"mfu": None})))
+
+
+def test_fleet_goodput_and_attention_rows() -> None:
+    from dashboard.pages.fleet import attention_rows, goodput_rows
+    from fleetprof.api_models import FleetSummary
+
+    base = {"window_s": 86400.0, "generated_at": 1.7e9, "gpus": 2, "gpus_total": 2, "gpu_hours": 48.0,
+            "busy_gpu_hours": 30.0, "busy_fraction": 0.625, "util_weighted_gpu_hours": 20.0, "idle_gpus_now": 0,
+            "gpus_unknown_now": 0, "energy_j": None, "memory_stranded_bytes": None, "most_wasteful_jobs": [],
+            "sources": {}}
+    parts = {"allocated_gpu_hours": 10.0, "idle_gpu_hours": 1.0, "input_stalled_gpu_hours": 2.0,
+             "throttled_gpu_hours": 0.5, "productive_gpu_hours": 6.5, "unknown_gpu_hours": 0.0,
+             "productive_fraction": 0.65}
+    s = FleetSummary.model_validate({**base, "goodput": parts, "goodput_by_team": [{"team": None, **parts}],
+                                     "gpus_needing_attention": [{
+                                         "node": "n1", "gpu_uuid": "GPU-2", "gpu_index": 2, "gpu_name": "H100",
+                                         "severity": "critical", "findings": [{
+                                             "gpu_uuid": "GPU-2", "kind": "xid", "seconds": None, "fraction": None,
+                                             "summary": "XID 79 reported", "severity": "critical"}]}]})
+    rows = goodput_rows(s)
+    assert [r[0] for r in rows] == ["fleet", "(no team)"]
+    assert rows[0][1:] == ["10.0 GPU-h", "1.0 GPU-h", "2.0 GPU-h", "0.5 GPU-h", "6.5 GPU-h", "0.0 GPU-h", "65.0 %"]
+    (row,) = attention_rows(s)
+    assert row[1] == "2" and row[3] == "critical" and "XID 79" in _text(row[4])
+    assert goodput_rows(FleetSummary.model_validate(base)) == []  # an older collector: nothing, not zeros

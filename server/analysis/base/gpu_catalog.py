@@ -24,6 +24,11 @@ class GpuModel:
     pcie_bandwidth_bytes_per_s: float
     cuda_context_bytes: int
     measured: bool
+    # Health checks (server.analysis.health): the SM clock a busy GPU should reach (nvidia-smi -q "Max Clocks",
+    # NVML nvmlDeviceGetMaxClockInfo) and the temperature at which the GPU slows itself down (NVML temperature
+    # threshold SLOWDOWN). None: not in the catalogue (the agent's own reading is preferred anyway).
+    max_sm_clock_mhz: float | None = None
+    slowdown_temperature_c: float | None = None
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for 'fp32', 'fp16' or 'bf16' (falls back to fp32 where the format is unsupported)."""

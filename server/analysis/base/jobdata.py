@@ -22,6 +22,9 @@ class GpuSeries:
     ts: np.ndarray  # float64 epoch seconds, sorted
     columns: dict[str, np.ndarray]  # float64, aligned with ts, NaN = null; keys from SAMPLE_FIELDS
     power_source: str | None = None  # which NVML field fed power_w
+    # Identity facts from the agent (issue #20; None: not reported): NVML max SM clock and SLOWDOWN threshold.
+    max_sm_clock_mhz: float | None = None
+    slowdown_temperature_c: float | None = None
 
     def column(self, name: str) -> np.ndarray:
         """The named column, or all-NaN when the agent never sent it (an unsupported field)."""
@@ -107,6 +110,8 @@ class JobData:
     energy_settings: EnergySettings = field(default_factory=EnergySettings)
     # The hooks' framework_info (model, optimizer, precision, device memory) and where batch_size came from.
     framework: dict[str, Any] | None = None
+    # An estimate stored with the job (metadata.estimate: fleetprof estimate --local --job-id), for MFU.
+    estimate: dict[str, Any] | None = None
 
 
 def empty_steps() -> StepSeries:

@@ -14,28 +14,21 @@ from typing import Any
 
 import numpy as np
 
+from server.analysis.base.durations import sample_durations
 from server.analysis.base.jobdata import GpuSeries
 from server.analysis.energy.accounting import IDLE_UTIL_PCT, interval_energy
+from server.analysis.fleet.goodput import goodput_terms, idle_runs
+from server.analysis.health.reasons import SLOWDOWN_KINDS, any_slowdown, as_bits, slowdown_masks
 from server.analysis.memory.usage import used_peak_series
 
 HOUR_S = 3600.0
+# Goodput (issue #20, server.analysis.fleet.goodput says what each is): the util-known time of an hour split four ways.
+GOODPUT_FIELDS = ("idle_s", "stalled_s", "throttled_s", "productive_s")
+# Seconds under each slowdown kind (health.reasons.slowdown_masks), for the fleet's "GPUs needing attention".
+SLOWDOWN_FIELDS = tuple(f"{kind}_s" for kind in SLOWDOWN_KINDS)
 ROLLUP_FIELDS = ("hour_start", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",
-                 "memory_peak_bytes", "util_mean_pct")
+                 "memory_peak_bytes", "util_mean_pct", *GOODPUT_FIELDS, *SLOWDOWN_FIELDS)
 ENERGY_SOURCE = "energy_source"  # per hour: where its energy came from (an object column beside the fields)
-
-
-def sample_durations(ts: np.ndarray, *, max_gap_s: float | None = None) -> np.ndarray:
-    """Seconds each sample stands for (sample-and-hold), gaps capped at one typical interval."""
-    ts = np.asarray(ts, dtype=np.float64)
-    if ts.size == 0:
-        return ts.copy()
-    if ts.size == 1:
-        return np.zeros(1)
-    dt = np.diff(ts)
-    typical = float(np.median(dt))
-    cap = max_gap_s if max_gap_s is not None else 5.0 * typical
-    dt = np.where(dt > cap, typical, dt)
-    return np.concatenate([dt, [typical]])
 
 
 @dataclass
@@ -50,12 +43,16 @@ class SampleTerms:
     energy_j: np.ndarray  # energy of the interval the sample starts; NaN = unknown (and for the last sample)
     from_counter: np.ndarray  # bool: that interval's energy is a counter delta
     from_power: np.ndarray  # bool: ... integrated power
+    throttled: np.ndarray | None = None  # bool: a slowdown clock-event reason was set (health.reasons)
+    idle_run: np.ndarray | None = None  # bool: part of a run of low-utilization samples lasting IDLE_RUN_S or more
+    reasons_known: np.ndarray | None = None  # bool: the sample has a clock-event reasons reading
+    slowdowns: dict[str, np.ndarray] | None = None  # kind -> bool per sample (health.reasons.slowdown_masks)
 
 
 def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
                  memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
                  energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
-                 hour_s: float = HOUR_S) -> SampleTerms:
+                 hour_s: float = HOUR_S, throttle_reasons: np.ndarray | None = None) -> SampleTerms:
     ts = np.asarray(ts, dtype=np.float64)
     n = ts.size
     nan = np.full(n, np.nan)
@@ -71,11 +68,16 @@ def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
         e[:-1] = iv.energy_j
         from_counter[:-1] = iv.from_counter
         from_power[:-1] = iv.from_power
+    dur = sample_durations(ts, max_gap_s=max_gap_s)
+    util = nan if gpu_util_pct is None else np.asarray(gpu_util_pct, dtype=np.float64)
     return SampleTerms(
-        hour=np.floor(ts / hour_s), hour_s=hour_s, dur=sample_durations(ts, max_gap_s=max_gap_s),
-        util=nan if gpu_util_pct is None else np.asarray(gpu_util_pct, dtype=np.float64),
+        hour=np.floor(ts / hour_s), hour_s=hour_s, dur=dur, util=util,
         mem=nan if memory_used_bytes is None else np.asarray(memory_used_bytes, dtype=np.float64),
-        energy_j=e, from_counter=from_counter, from_power=from_power)
+        energy_j=e, from_counter=from_counter, from_power=from_power,
+        throttled=np.zeros(n, dtype=bool) if throttle_reasons is None else any_slowdown(throttle_reasons),
+        idle_run=idle_runs(util, dur),
+        reasons_known=np.zeros(n, dtype=bool) if throttle_reasons is None else as_bits(throttle_reasons)[1],
+        slowdowns=None if throttle_reasons is None else slowdown_masks(throttle_reasons))
 
 
 def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -125,7 +127,14 @@ def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, 
     mem_peak = np.maximum.reduceat(np.where(np.isnan(mem), -np.inf, mem), starts)
     mem_peak = np.where(np.isinf(mem_peak), np.nan, mem_peak)
 
+    goodput = goodput_terms(util, dur, None if t.throttled is None else t.throttled[idx],
+                            None if t.idle_run is None else t.idle_run[idx])
+    has_reasons = rsum(w * t.reasons_known[idx]) > 0 if t.reasons_known is not None else np.zeros(starts.size, bool)
+    slow = {f"{kind}_s": np.where(has_reasons, rsum(w * dur * t.slowdowns[kind][idx]), np.nan)
+            if t.slowdowns is not None else np.full(starts.size, np.nan) for kind in SLOWDOWN_KINDS}
     return {
+        **slow,
+        **{k: np.where(has_util, rsum(w * v), np.nan) for k, v in goodput.items()},
         "hour_start": hour[starts] * t.hour_s,
         "samples": rsum(w),
         "covered_s": rsum(w * dur),
@@ -141,12 +150,12 @@ def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, 
 def hourly_rollup(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
                   memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
                   energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
-                  hour_s: float = HOUR_S) -> dict[str, np.ndarray]:
+                  hour_s: float = HOUR_S, throttle_reasons: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Rollup of one GPU's series into hour buckets (by the sample's own hour). Arrays aligned per hour;
     see reduce_hours for the fields."""
     return reduce_hours(sample_terms(ts, gpu_util_pct=gpu_util_pct, memory_used_bytes=memory_used_bytes,
                                      power_w=power_w, energy_counter_j=energy_counter_j, max_gap_s=max_gap_s,
-                                     hour_s=hour_s))
+                                     hour_s=hour_s, throttle_reasons=throttle_reasons))
 
 
 def attribution_weights(ts: np.ndarray, windows: Sequence[tuple[Hashable, float, float]]
@@ -190,7 +199,8 @@ def rollup_gpus(gpus: Iterable[GpuSeries], *, max_gap_s: float | None = None) ->
     for g in gpus:
         r = hourly_rollup(
             g.ts, gpu_util_pct=g.column("gpu_util_pct"), memory_used_bytes=used_peak_series(g),
-            power_w=g.column("power_w"), energy_counter_j=g.column("energy_counter_j"), max_gap_s=max_gap_s)
+            power_w=g.column("power_w"), energy_counter_j=g.column("energy_counter_j"), max_gap_s=max_gap_s,
+            throttle_reasons=g.column("throttle_reasons"))
         parts.append(r)
         uuids.append(np.full(r["hour_start"].size, g.uuid, dtype=object))
     out: dict[str, Any] = {k: (np.concatenate([p[k] for p in parts]) if parts else np.empty(0))

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from fleetprof.report import InputStalls, LayerRow, StepTime, TimeSection
+from fleetprof.report import InputStalls, LayerRow, StepTime, Stragglers, TimeSection
 from server.analysis.base.jobdata import GpuSeries, JobData, LayerStat, StepSeries, jsonable
-from server.analysis.time import iterations
+from server.analysis.time import gpu_stragglers, iterations
 
 # Warm-up: leading steps (cuDNN autotuning, allocator growth, compilation) slower than this multiple of
 # the median are excluded from the distribution, but never more than WARMUP_MAX_FRACTION of the steps.
@@ -176,8 +176,7 @@ def time_section(job: JobData) -> TimeSection:
     busy = busy_fraction(job.gpus)
     period = iterations.telemetry_period(job.gpus)
     check = iterations.cross_check(period.period_s if period else None, iterations.hook_period_s(job.steps))
-    stragglers = (iterations.rank_stragglers(job.steps.rank, job.steps.wall_s)
-                  if job.steps is not None and len(job.steps) else None)
+    stragglers = _stragglers(job, period.period_s if period else None)
     imbalance = iterations.gpu_imbalance(job.gpus)
     return TimeSection.model_validate(jsonable({
         "steps": st.steps,
@@ -211,3 +210,19 @@ def _stalls(gpus: list[GpuSeries]) -> InputStalls:
         return iterations.input_stalls(np.empty(0), np.empty(0))
     g = with_util[0]
     return iterations.input_stalls(g.ts, g.column("gpu_util_pct"))
+
+
+def _stragglers(job: JobData, period_s: float | None) -> Stragglers | None:
+    """Ranks from the hooks' step times, GPUs from NVML alone (gpu_uuid entries); null when neither can tell."""
+    by_rank = (iterations.rank_stragglers(job.steps.rank, job.steps.wall_s)
+               if job.steps is not None and len(job.steps) else None)
+    compared = [g for g in job.gpus if g.ts.size and g.has("gpu_util_pct")]
+    by_gpu = gpu_stragglers.nvml_stragglers(compared, period_s)
+    if by_rank is None and len(compared) < 2:
+        return None
+    if by_rank is None:
+        return Stragglers(ranks=None, median_step_s=period_s, stragglers=by_gpu, gpus=len(compared), source="nvml")
+    if len(compared) < 2:
+        return by_rank.model_copy(update={"source": "hooks"})
+    return by_rank.model_copy(update={"stragglers": [*by_rank.stragglers, *by_gpu], "gpus": len(compared),
+                                      "source": "hooks+nvml"})

@@ -1,0 +1,95 @@
+"""GPUs needing attention: health findings per GPU over a recent window, kept cheap for a fleet of 10,000 GPUs:
+
+- slowdown seconds per kind from the hourly rollups (`gpu_hourly`, re-rolled every few minutes) of the hours the
+  window touches: one aggregate over a row per GPU and hour;
+- XIDs, error counters and flags from each GPU's first and last raw sample in the window: two primary-key probes
+  per GPU (LIMIT 1 each), as the fleet summary reads each GPU's latest utilization; no window of samples is scanned.
+
+The findings themselves are `server.analysis.health.window`'s. Columns the table does not have yet (the health
+counters of issue #20) are left out, not guessed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import and_, func, select, true
+from sqlalchemy.orm import Session
+
+from fleetprof.api_models import GpuAttention
+from fleetprof.report import HealthFinding
+from server.analysis.fleet.rollup import SLOWDOWN_FIELDS
+from server.analysis.health.findings import COUNTERS, FLAGS
+from server.analysis.health.window import SEVERITY_ORDER, window_findings, worst_severity
+from server.db import is_postgres
+from server.models import Gpu, GpuHourly, GpuSample, Node
+from server.models.base import from_epoch
+
+ATTENTION_WINDOW_S = 3600.0  # "recent": the last hour, at most the window asked for
+HOUR_S = 3600.0
+
+
+def _probe_columns() -> list[str]:
+    t = GpuSample.__table__
+    wanted = ["xid_last", *(c for c, *_ in COUNTERS), *(c for c, *_ in FLAGS)]
+    return [c for c in dict.fromkeys(wanted) if c in t.c]
+
+
+def _first_last(session: Session, gpu_ids: Any, *, since: float, until: float) -> dict[int, dict[str, Any]]:
+    """gpu_id -> `<column>_first` / `<column>_last` of its first and last sample in [since, until]."""
+    t = GpuSample.__table__
+    cols = _probe_columns()
+    in_window = and_(t.c.gpu_id == Gpu.id, t.c.ts >= from_epoch(since), t.c.ts <= from_epoch(until))
+    if is_postgres(session):
+        first = select(*(t.c[c].label(f"{c}_first") for c in cols)).where(in_window).order_by(t.c.ts.asc()) \
+            .limit(1).lateral("first")
+        last = select(*(t.c[c].label(f"{c}_last") for c in cols)).where(in_window).order_by(t.c.ts.desc()) \
+            .limit(1).lateral("last")
+        stmt = select(Gpu.id, *first.c, *last.c).select_from(Gpu).join(first, true()).join(last, true())
+    else:  # SQLite (embedded, one node): a correlated probe per column
+        def probe(c: str, order: Any, label: str) -> Any:
+            return select(t.c[c]).where(in_window).order_by(order).limit(1).scalar_subquery().label(label)
+
+        stmt = select(Gpu.id, *(probe(c, t.c.ts.asc(), f"{c}_first") for c in cols),
+                      *(probe(c, t.c.ts.desc(), f"{c}_last") for c in cols)).select_from(Gpu)
+    stmt = stmt.where(Gpu.id.in_(gpu_ids))
+    return {r["id"]: dict(r) for r in session.execute(stmt).mappings()}
+
+
+def gpus_needing_attention(session: Session, *, now: float, window_s: float = ATTENTION_WINDOW_S,
+                           node: str | None = None) -> dict[str, list[HealthFinding]]:
+    """uuid -> findings over [now - window_s, now], for the GPUs with any (of `node` alone when given)."""
+    gpus = select(Gpu.id).join(Node, Node.id == Gpu.node_id)
+    if node is not None:
+        gpus = gpus.where(Node.name == node)
+    since = now - window_s
+    h = GpuHourly.__table__
+    hours = session.execute(
+        select(h.c.gpu_id, func.sum(h.c.covered_s).label("covered_s"),
+               *(func.sum(h.c[f]).label(f) for f in SLOWDOWN_FIELDS))
+        .where(h.c.hour >= from_epoch(since - since % HOUR_S), h.c.hour < from_epoch(now), h.c.gpu_id.in_(gpus))
+        .group_by(h.c.gpu_id)).mappings().all()
+    agg: dict[int, dict[str, Any]] = {r["gpu_id"]: dict(r) for r in hours}
+    for gpu_id, probes in _first_last(session, gpus, since=since, until=now).items():
+        agg.setdefault(gpu_id, {}).update(probes)
+    if not agg:
+        return {}
+    uuids = dict(session.execute(select(Gpu.id, Gpu.uuid).where(Gpu.id.in_(list(agg)))).tuples().all())
+    out = {}
+    for gpu_id, values in agg.items():
+        findings = window_findings(uuids[gpu_id], values, window_s=window_s)
+        if findings:
+            out[uuids[gpu_id]] = findings
+    return out
+
+
+def attention_list(session: Session, *, now: float, window_s: float = ATTENTION_WINDOW_S) -> list[GpuAttention]:
+    """The fleet's GPUs with findings, most severe first, with their node and index."""
+    found = gpus_needing_attention(session, now=now, window_s=window_s)
+    if not found:
+        return []
+    where = session.execute(select(Gpu.uuid, Gpu.index, Gpu.name, Node.name).join(Node, Node.id == Gpu.node_id)
+                            .where(Gpu.uuid.in_(list(found)))).tuples().all()
+    out = [GpuAttention(node=node, gpu_uuid=uuid, gpu_index=index, gpu_name=name, severity=worst_severity(found[uuid]),
+                        findings=found[uuid]) for uuid, index, name, node in where]
+    out.sort(key=lambda a: (SEVERITY_ORDER.get(a.severity or "info", 3), a.node, a.gpu_index))
+    return out
