@@ -24,7 +24,7 @@ from collections.abc import Callable
 from itertools import pairwise
 
 from agent.devices.base import Devices, GpuIdentity, GpuProcess, GpuReading, NodeFacts
-from fleetprof.protocol import SampleBatch
+from fleetprof.protocol import GPM_FIELDS, HEALTH_COUNTER_FIELDS, SampleBatch
 from fleetprof.recordings import ProcessRow, Recording, SampleRow, iter_timesteps, make_batch
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class ReplayDevices(Devices):
                 pci_bus_id=g.pci_bus_id, mig_parent_uuid=g.mig_parent_uuid, power_source=g.power_source,
                 power_limit_mw=None if g.power_limit_w is None else int(g.power_limit_w * _W_TO_MW),
                 default_power_limit_mw=None if g.tdp_w is None else int(g.tdp_w * _W_TO_MW),
+                max_sm_clock_mhz=g.max_sm_clock_mhz, slowdown_temperature_c=g.slowdown_temperature_c,
             )
             for slot, g in enumerate(recording.gpus)
         ]
@@ -138,6 +139,8 @@ class ReplayDevices(Devices):
             ecc_corrected_total=whole("ecc_corrected_total"), ecc_uncorrected_total=whole("ecc_uncorrected_total"),
             power_limit_mw=whole_scaled("power_limit_w", _W_TO_MW), app_sm_clock_mhz=num("app_sm_clock_mhz"),
             app_mem_clock_mhz=num("app_mem_clock_mhz"),
+            # GPM and health counters as recorded (absent from the recording: None)
+            **{name: num(name) for name in GPM_FIELDS}, **{name: whole(name) for name in HEALTH_COUNTER_FIELDS},
         )
 
     def processes(self, slot: int) -> list[GpuProcess]:

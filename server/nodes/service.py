@@ -12,13 +12,18 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetprof.protocol import GpuInfo, NodeInfo
-from server.models import Gpu, Node
-from server.models.base import to_epoch, utcnow
-from server.nodes.schemas import GpuRead, NodeRead
+from fleetprof.report import gpm_source_label
+from server.db import epoch_column
+from server.errors import NotFound
+from server.models import Gpu, GpuSample, Node
+from server.models.base import from_epoch, to_epoch, utcnow
+from server.nodes.schemas import GpuGpmRead, GpuRead, NodeRead
 
 
 @dataclass
@@ -65,6 +70,8 @@ def _apply_gpu(gpu: Gpu, info: GpuInfo) -> None:
     gpu.mig_parent_uuid = info.mig_parent_uuid
     gpu.power_source = info.power_source
     gpu.power_limit_w = info.power_limit_w
+    gpu.max_sm_clock_mhz = info.max_sm_clock_mhz
+    gpu.slowdown_temperature_c = info.slowdown_temperature_c
 
 
 class NeedsDatabase(Exception):
@@ -135,7 +142,8 @@ def ensure_gpus(session: Session, *, node: str, uuids: list[str]) -> dict[str, i
 def _gpu_read(gpu: Gpu, node: str) -> GpuRead:
     return GpuRead(node=node, uuid=gpu.uuid, index=gpu.index, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes,
                    pci_bus_id=gpu.pci_bus_id, mig_parent_uuid=gpu.mig_parent_uuid, power_source=gpu.power_source,
-                   power_limit_w=gpu.power_limit_w, healthy=gpu.healthy, last_seen_at=to_epoch(gpu.last_seen_at))
+                   power_limit_w=gpu.power_limit_w, healthy=gpu.healthy, last_seen_at=to_epoch(gpu.last_seen_at),
+                   max_sm_clock_mhz=gpu.max_sm_clock_mhz, slowdown_temperature_c=gpu.slowdown_temperature_c)
 
 
 def list_nodes(session: Session) -> list[NodeRead]:
@@ -155,3 +163,42 @@ def list_gpus(session: Session, *, node: str | None = None) -> list[GpuRead]:
     if node is not None:
         stmt = stmt.where(Node.name == node)
     return [_gpu_read(g, name) for g, name in session.execute(stmt)]
+
+
+# (GpuGpmRead field, gpu_samples column): the means the node page shows
+_GPM_MEANS = (("sm_activity_mean_pct", "gpm_sm_activity_pct"), ("sm_occupancy_mean_pct", "gpm_sm_occupancy_pct"),
+              ("tensor_activity_mean_pct", "gpm_tensor_activity_pct"), ("dram_bw_util_mean_pct", "gpm_dram_bw_util_pct"),
+              ("pcie_tx_mean_bytes_per_s", "gpm_pcie_tx_bytes_per_s"),
+              ("pcie_rx_mean_bytes_per_s", "gpm_pcie_rx_bytes_per_s"),
+              ("nvlink_tx_mean_bytes_per_s", "gpm_nvlink_tx_bytes_per_s"),
+              ("nvlink_rx_mean_bytes_per_s", "gpm_nvlink_rx_bytes_per_s"))
+
+
+def gpu_gpm(session: Session, *, node: str, window_s: float, now: float) -> list[GpuGpmRead]:
+    """The GPM means of each of `node`'s GPUs over the last `window_s` seconds (one grouped read; the ts BRIN
+    index narrows it to the window's pages). The window is bounded by the router."""
+    row = session.scalars(select(Node).where(Node.name == node)).first()
+    if row is None:
+        raise NotFound(f"node {node!r} is not known")
+    gpus = list(session.scalars(select(Gpu).where(Gpu.node_id == row.id).order_by(Gpu.index)))
+    t = GpuSample.__table__
+    since = from_epoch(now - window_s)
+    stats: dict[int, Any] = {}
+    if gpus:
+        stmt = (select(t.c.gpu_id, func.count(t.c.gpm_sm_activity_pct), func.max(epoch_column(session, t.c.ts)),
+                       *(func.avg(t.c[col]) for _, col in _GPM_MEANS))
+                .where(t.c.gpu_id.in_([g.id for g in gpus]), t.c.ts >= since,
+                       t.c.gpm_sm_activity_pct.is_not(None))
+                .group_by(t.c.gpu_id))
+        stats = {r[0]: r for r in session.execute(stmt)}
+    label = gpm_source_label(row.last_source)
+    out = []
+    for g in gpus:
+        r = stats.get(g.id)
+        means = {name: (None if r is None or r[3 + i] is None else float(r[3 + i]))
+                 for i, (name, _) in enumerate(_GPM_MEANS)}
+        out.append(GpuGpmRead(node=node, uuid=g.uuid, index=g.index, window_s=window_s,
+                              samples=0 if r is None else int(r[1]),
+                              last_ts=None if r is None or r[2] is None else float(r[2]),
+                              source=label if r is not None else None, **means))
+    return out
