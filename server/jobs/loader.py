@@ -159,8 +159,9 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
     process_reads = [read_in_parallel(session, _processes_running, job, gpu, start, end) if incremental else
                      read_in_parallel(session, load_process_peaks, gpu, start, end) for gpu, start, end in windows]
     # the GPUs' nodes' batch source ("test": the NVML test double), so that figures say where they came from
-    node_source = dict(session.execute(select(Node.id, Node.last_source).where(
-        Node.id.in_(list({gpu.node_id for gpu, _, _ in windows}))))) if windows else {}
+    node_ids = list({gpu.node_id for gpu, _, _ in windows})
+    node_source: dict[int, str | None] = dict(session.execute(
+        select(Node.id, Node.last_source).where(Node.id.in_(node_ids))).tuples().all()) if node_ids else {}
     gpus = [dataclasses.replace(r.result(), sample_source=node_source.get(gpu.node_id))
             for r, (gpu, _, _) in zip(reads, windows, strict=True)]
     oom = session.scalar(select(func.count()).select_from(JobEvent).where(JobEvent.job_pk == job.id,
