@@ -186,7 +186,8 @@ class _FieldValue:
 
 
 _fv = _FieldValue
-_ECC_FIELDS = {_real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_corrected", _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_uncorrected",
+_ECC_FIELDS = {_real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_corrected",
+               _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_uncorrected",
                _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "ecc_corrected_volatile",
                _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "ecc_uncorrected_volatile"}
 

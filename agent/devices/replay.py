@@ -125,7 +125,7 @@ class ReplayDevices(Devices):
         if energy is not None:
             energy = energy + loops * self._energy_per_loop_j.get(self._ids[slot].uuid, 0.0)
         power = num("power_w", _W_TO_MW)
-        return GpuReading(
+        reading = GpuReading(
             memory_used_bytes=whole("memory_used_bytes"), memory_total_bytes=whole("memory_total_bytes"),
             memory_reserved_bytes=whole("memory_reserved_bytes"), gpu_util_pct=num("gpu_util_pct"),
             mem_util_pct=num("mem_util_pct"), power_mw=None if power is None else int(power),
@@ -139,9 +139,13 @@ class ReplayDevices(Devices):
             ecc_corrected_total=whole("ecc_corrected_total"), ecc_uncorrected_total=whole("ecc_uncorrected_total"),
             power_limit_mw=whole_scaled("power_limit_w", _W_TO_MW), app_sm_clock_mhz=num("app_sm_clock_mhz"),
             app_mem_clock_mhz=num("app_mem_clock_mhz"),
-            # GPM and health counters as recorded (absent from the recording: None)
-            **{name: num(name) for name in GPM_FIELDS}, **{name: whole(name) for name in HEALTH_COUNTER_FIELDS},
         )
+        # GPM and health counters as recorded (absent from the recording: None)
+        for name in GPM_FIELDS:
+            setattr(reading, name, num(name))
+        for name in HEALTH_COUNTER_FIELDS:
+            setattr(reading, name, whole(name))
+        return reading
 
     def processes(self, slot: int) -> list[GpuProcess]:
         if not self._proc_offsets:

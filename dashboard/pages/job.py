@@ -145,6 +145,7 @@ def summary_section(job: JobRead, report: JobReport | None) -> list[Any]:
 
 def kpis(report: JobReport) -> html.Div:
     mem, tm, ut, src = report.memory, report.time, report.utilization, report.sources
+    gpm = ut.gpm
     return html.Div([
         kpi("Peak memory used", fmt.gib(mem.peak_used_bytes), fmt.source(src.memory_peak_used_bytes),
             id="job-peak-used"),
@@ -165,7 +166,31 @@ def kpis(report: JobReport) -> html.Div:
         kpi("Throughput", fmt.count(tm.samples_per_s, "samples/s"),
             fmt.source(src.time_steps) if tm.samples_per_s is not None else None, id="job-throughput"),
         kpi("Iteration period", fmt.seconds(tm.period_s), fmt.source(src.time_period_s), id="job-period"),
+        kpi("SM activity (mean)", fmt.pct(gpm.sm_activity_mean_pct if gpm else None), gpm.source if gpm else None,
+            id="job-gpm-sm"),
+        kpi("Tensor activity (mean)", fmt.pct(gpm.tensor_activity_mean_pct if gpm else None),
+            gpm.source if gpm else None, id="job-gpm-tensor"),
     ], className="kpis")
+
+
+def gpm_section(report: JobReport) -> html.Section:
+    """NVML GPM per GPU (Hopper+): how much of the GPU the job used, where utilization only says a kernel ran;
+    "unknown" for a GPU without GPM (and for reports analyzed before GPM was)."""
+    gpm = report.utilization.gpm
+    if gpm is None:
+        return section("GPU efficiency (NVML GPM)", html.P("unknown: this report was analyzed before GPM was",
+                                                           className="muted", id="job-gpm-none"), id="job-gpm-card")
+    rows = [[g.gpu_uuid, fmt.pct(g.sm_activity_mean_pct), fmt.pct(g.sm_occupancy_mean_pct),
+             fmt.pct(g.tensor_activity_mean_pct), fmt.pct(g.dram_bw_util_mean_pct),
+             f"{fmt.bytes_per_s(g.pcie_tx_mean_bytes_per_s)} / {fmt.bytes_per_s(g.pcie_rx_mean_bytes_per_s)}",
+             f"{fmt.bytes_per_s(g.nvlink_tx_mean_bytes_per_s)} / {fmt.bytes_per_s(g.nvlink_rx_mean_bytes_per_s)}",
+             fmt.count(g.samples), g.source or "unknown (no GPM on this GPU)"] for g in gpm.gpus]
+    note = (f"means over the job's samples; source: {gpm.source}" if gpm.source else
+            "unknown: none of the job's GPUs reports GPM (NVML GPM needs Hopper or later)")
+    return section("GPU efficiency (NVML GPM)", html.P(note, className="muted", id="job-gpm-source"),
+                   table(["GPU", "SM activity", "SM occupancy", "tensor activity", "DRAM bandwidth",
+                          "PCIe tx / rx", "NVLink tx / rx", "samples", "source"], rows, id="job-gpm"),
+                   id="job-gpm-card")
 
 
 def energy_card(report: JobReport) -> html.Section:
@@ -503,7 +528,7 @@ def register_callbacks(app: dash.Dash) -> None:
         details = [html.Div([html.Div(energy_card(report), className="half"),
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    optimization_section(report), framework_section(report), layers_section(report),
-                   gpus_section(report),
+                   gpus_section(report), gpm_section(report),
                    processes_section(report), sources_section(report)]
         title = [job_id, html.Span(f" · {job.name}", className="muted")] if job.name else job_id
         layers = figures.layer_time_bars(report.time.layers)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-
 from typing import Any
 
 from sqlalchemy import func, select
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from fleetprof.protocol import GpuInfo, NodeInfo
 from fleetprof.report import gpm_source_label
+from server.analysis.utilization.gpm import MEANS as GPM_MEANS  # (field, gpu_samples column), as the report's
 from server.db import epoch_column
 from server.errors import NotFound
 from server.models import Gpu, GpuSample, Node
@@ -165,15 +165,6 @@ def list_gpus(session: Session, *, node: str | None = None) -> list[GpuRead]:
     return [_gpu_read(g, name) for g, name in session.execute(stmt)]
 
 
-# (GpuGpmRead field, gpu_samples column): the means the node page shows
-_GPM_MEANS = (("sm_activity_mean_pct", "gpm_sm_activity_pct"), ("sm_occupancy_mean_pct", "gpm_sm_occupancy_pct"),
-              ("tensor_activity_mean_pct", "gpm_tensor_activity_pct"), ("dram_bw_util_mean_pct", "gpm_dram_bw_util_pct"),
-              ("pcie_tx_mean_bytes_per_s", "gpm_pcie_tx_bytes_per_s"),
-              ("pcie_rx_mean_bytes_per_s", "gpm_pcie_rx_bytes_per_s"),
-              ("nvlink_tx_mean_bytes_per_s", "gpm_nvlink_tx_bytes_per_s"),
-              ("nvlink_rx_mean_bytes_per_s", "gpm_nvlink_rx_bytes_per_s"))
-
-
 def gpu_gpm(session: Session, *, node: str, window_s: float, now: float) -> list[GpuGpmRead]:
     """The GPM means of each of `node`'s GPUs over the last `window_s` seconds (one grouped read; the ts BRIN
     index narrows it to the window's pages). The window is bounded by the router."""
@@ -186,7 +177,7 @@ def gpu_gpm(session: Session, *, node: str, window_s: float, now: float) -> list
     stats: dict[int, Any] = {}
     if gpus:
         stmt = (select(t.c.gpu_id, func.count(t.c.gpm_sm_activity_pct), func.max(epoch_column(session, t.c.ts)),
-                       *(func.avg(t.c[col]) for _, col in _GPM_MEANS))
+                       *(func.avg(t.c[col]) for _, col in GPM_MEANS))
                 .where(t.c.gpu_id.in_([g.id for g in gpus]), t.c.ts >= since,
                        t.c.gpm_sm_activity_pct.is_not(None))
                 .group_by(t.c.gpu_id))
@@ -196,7 +187,7 @@ def gpu_gpm(session: Session, *, node: str, window_s: float, now: float) -> list
     for g in gpus:
         r = stats.get(g.id)
         means = {name: (None if r is None or r[3 + i] is None else float(r[3 + i]))
-                 for i, (name, _) in enumerate(_GPM_MEANS)}
+                 for i, (name, _) in enumerate(GPM_MEANS)}
         out.append(GpuGpmRead(node=node, uuid=g.uuid, index=g.index, window_s=window_s,
                               samples=0 if r is None else int(r[1]),
                               last_ts=None if r is None or r[2] is None else float(r[2]),

@@ -1,6 +1,7 @@
 """The typed report keeps every figure: characterize fixed real inputs and compare with the JSON the untyped
 code produced (written once from commit 76a4454, before the report had a type; regenerate only when a figure's
-definition changes on purpose, with ANALYZER_VERSION: version 3 added processes[].whose and no other change; version 4 the power-cap advice names `fleetprof tune power` and lists the runs measured)."""
+definition changes on purpose, with ANALYZER_VERSION: version 3 added processes[].whose and no other change; version 4 the power-cap advice names `fleetprof tune power` and lists the runs measured; version 5 added
+utilization.gpm and sources["utilization.gpm"], unknown for these pre-Hopper captures, and no other change)."""
 
 from __future__ import annotations
 
