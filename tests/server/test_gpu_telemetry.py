@@ -4,56 +4,28 @@ fast path) -> Postgres -> the loader's JobData -> the report's utilization.gpm, 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import pynvml
 import pytest
 from sqlalchemy import select
 
-from agent.attribution import Attribution
-from agent.devices.fake import FakeNvml
-from agent.devices.nvml import NvmlDevices
-from agent.sampler import Sampler
 from tests.agent.conftest import make_fake
+from tests.server.fake_node import ship_job
 from tests.server.helpers import auth
 
 NODE = "node-t"
-SM, TENSOR, DRAM = (pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-                    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL)
 
 
-class _NoAttribution:
-    def attribute(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
-        return Attribution(None, None)
+def _ship(api, agent: str, fake, *, t0: float, readings: int, job_id: str, op: str) -> None:  # type: ignore[no-untyped-def]
+    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
+        headers = {**auth(token), "Content-Type": "application/json"}
+        r = api.post(path, content=body, headers=headers) if isinstance(body, str) else \
+            api.post(path, json=body, headers=auth(token))
+        return r.status_code, r.json()
 
-    def forget_except(self, pids: set[int]) -> None:
-        pass
-
-
-def _ship(api, agent: str, fake: FakeNvml, *, t0: float, readings: int, job_id: str, op: str,  # type: ignore[no-untyped-def]
-          sm_of_reading=lambda k: 20.0 + 10.0 * k) -> None:
-    """A job on the fake node's GPUs, sampled `readings` times 1 s apart by the real agent code and shipped."""
-    devices = NvmlDevices(fake, xid_events=False)
-    devices.source = "test"  # as `fleetprof agent --source fake:N` labels the double's batches
-    clock = iter(t0 + k for k in range(10_000))
-    sampler = Sampler(devices, node=NODE, agent_id=f"{NODE}-a", attributor=_NoAttribution(),  # type: ignore[arg-type]
-                      clock=lambda: next(clock))
-    uuids = [g.uuid for g in fake.gpus]
-    r = api.post("/api/v1/jobs", json={"job_id": job_id, "team": "vision", "node": NODE, "gpu_uuids": uuids,
-                                       "started_at": t0, "state": "running"}, headers=auth(op))
-    assert r.status_code in (200, 201), r.text
-    for k in range(readings):
-        for g in fake.gpus:
-            g.gpm_metrics[SM], g.gpm_metrics[TENSOR] = sm_of_reading(k), sm_of_reading(k) / 2
-        sampler.sample()
-    batch = sampler.make_batch()
-    assert batch is not None
-    r = api.post("/api/v1/ingest/samples", content=batch.model_dump_json(),
-                 headers={**auth(agent), "Content-Type": "application/json"})
-    assert r.status_code == 200 and r.json()["accepted"] == readings * len(uuids), r.text
-    api.post("/api/v1/jobs", json={"job_id": job_id, "state": "finished", "ended_at": t0 + readings - 1,
-                                   "exit_code": 0}, headers=auth(op))
-    devices.close()
+    ship_job(post, fake=fake, node=NODE, agent=agent, op=op, job_id=job_id, t0=t0, readings=readings)
 
 
 @pytest.fixture
