@@ -69,9 +69,14 @@ FIELD_LATENCIES_S: dict[int, float] = {
     _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 2939e-6,
     _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: 1.5e-6,
-    # the aggregate ECC counts: unmeasured, assumed to cost what the volatile ones do
+    # unmeasured, assumed to cost what the volatile ECC counts do: the aggregate ECC counts and the NVLink error
+    # totals (that H100 had no NVLink)
     _real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: 1.5e-6,
 }
 # GPM metrics of an H100 80GB HBM3 running a bf16 8192x8192 matmul (bench/results/nvml_probe_h100.json): the
 # values a GPU with `gpm_supported` reports unless a test scripts others. NVML gives PCIe/NVLink in MiB/s.
@@ -190,6 +195,11 @@ _ECC_FIELDS = {_real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_corrected",
                _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_uncorrected",
                _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "ecc_corrected_volatile",
                _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "ecc_uncorrected_volatile"}
+
+_NVLINK_ERROR_TOTALS = {_real.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+                        _real.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_CRC_DATA,
+                        _real.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_REPLAY,
+                        _real.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_RECOVERY}
 
 
 def _address(pointer: Any) -> int:
@@ -393,6 +403,12 @@ class FakeNvml:
             elif fid in _ECC_FIELDS:
                 bad = "ecc" in g.unsupported or g.is_mig
                 out.append(_fv(fid, scope, unsupported if bad else ok, getattr(g, _ECC_FIELDS[fid])))
+            elif fid in _NVLINK_ERROR_TOTALS:  # the driver's sum over the links of one error counter
+                counter = _NVLINK_ERROR_TOTALS[fid]
+                bad = f"nvlink_errors:{counter}" in g.unsupported or g.is_mig or g.nvlink_links == 0
+                out.append(_fv(fid, scope, unsupported if bad else ok,
+                               sum(n for (link, c), n in g.nvlink_errors.items() if c == counter
+                                   and link < g.nvlink_links)))
             elif fid == _real.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 out.append(_fv(fid, scope, unsupported if g.nvlink_links == 0 else ok, g.nvlink_links))
             else:

@@ -24,10 +24,12 @@ agent/devices/fake.py; nearly all of it is CPU time of the driver, not waiting):
 - GPM (Hopper and later, `nvmlGpmQueryDeviceSupport`): one `nvmlGpmSampleGet` per reading (53 us on the H100)
   into one of two buffers allocated at start-up, and `nvmlGpmMetricsGet` between it and the previous reading's
   sample: the metrics cover exactly the interval between two readings, and nothing sleeps. The first reading
-  (and the first after a lost GPU is back, or after a failed sample) has no GPM values;
+  (and the first after a lost GPU is back, or after a failed sample) has no GPM values. On such a GPU the PCIe
+  and NVLink rates (pcie_*, nvlink_*) are GPM's too, every reading: nvmlDeviceGetPcieThroughput (a 20 ms window
+  every 30 readings) and the 2 x links NVLink data counters (36 fields on an H100, every reading) are not read;
 - every `health_every` readings (default 30, staggered like the slow fields, and at the first reading): the
   health counters, which change rarely: volatile ECC counts, retired pages and their pending flag, remapped rows,
-  the PCIe replay counter and the NVLink error counters (per link); null in between.
+  the PCIe replay counter and the NVLink error counters (the driver's totals over the links); null in between.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ SLOW_EVERY = 30  # energy counter, PCIe throughput: readings of a GPU between tw
 STATIC_EVERY = 60  # application clocks
 HEALTH_EVERY = 30  # health counters (ECC volatile, retired pages, remapped rows, PCIe replay, NVLink errors)
 _SLOW_FIELDS = frozenset({"energy"})  # the _SCALAR_FIELDS read only when the slow fields are due
-_HEALTH_FIELDS = frozenset({"ecc_corrected_volatile", "ecc_uncorrected_volatile"})  # ... when health is due
+_HEALTH_FIELDS = frozenset({"ecc_corrected_volatile", "ecc_uncorrected_volatile", "nvlink_crc_flit_errors",
+                            "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors"})  # health due
+_NVLINK_ERRORS = "nvlink_errors_total"  # the GpuReading attribute the NVLink error fields add up into
 # scalar fields read with nvmlDeviceGetFieldValues: (name for logs, NVML constant, GpuReading attribute)
 _SCALAR_FIELDS = (
     ("energy", "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj"),  # mJ since driver load, Volta+
@@ -78,6 +82,13 @@ _SCALAR_FIELDS = (
     ("ecc_corrected_volatile", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_corrected_volatile"),
     ("ecc_uncorrected_volatile", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_uncorrected_volatile"),
     ("power_instant", "NVML_FI_DEV_POWER_INSTANT", "power_mw"),
+    # NVLink data-link errors, each summed over the links by the driver (what nvmlDeviceGetNvLinkErrorCounter
+    # counts per link: 4 fields in this one call instead of 4 calls per link, 72 on an 18-link H100); added up
+    # into nvlink_errors_total with the health counters
+    ("nvlink_crc_flit_errors", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+    ("nvlink_crc_data_errors", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+    ("nvlink_replay_errors", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+    ("nvlink_recovery_errors", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
 )
 # GPM metrics read each interval: (NVML metric constant, GpuReading attribute, factor to the attribute's unit).
 # NVML gives PCIe and NVLink traffic in MiB/s.
@@ -92,9 +103,6 @@ _GPM_METRICS = (
     ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "gpm_nvlink_tx_bytes_per_s", _MIB),
     ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "gpm_nvlink_rx_bytes_per_s", _MIB),
 )
-# NVLink data-link error counters summed into nvlink_errors_total (nvmlDeviceGetNvLinkErrorCounter, per link)
-_NVLINK_ERROR_COUNTERS = ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA",
-                          "NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY")
 
 
 def _codes(nvml: Any, names: tuple[str, ...]) -> frozenset[int]:
@@ -111,6 +119,13 @@ def map_nvml_error(nvml: Any, exc: Exception, slot: int = -1) -> DeviceError:
     if code == getattr(nvml, "NVML_ERROR_NO_PERMISSION", None):
         return DevicePermissionError(f"{exc} (NVML error {code})")
     return DeviceError(f"{exc} (NVML error {code})")
+
+
+_KIB = 1024.0
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
 
 
 def _text(value: object) -> str:
@@ -578,7 +593,7 @@ class NvmlDevices(Devices):
             r.power_limit_mw = g(slot, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)  # 2 us
         # every `slow_every` readings: PCIe throughput samples for 20 ms inside the driver per direction; null
         # in between (a rate over another 20 ms window is not this row's)
-        if slow:
+        if slow and self._gpm[slot] is None:  # a GPM GPU's PCIe rates come from GPM, every reading (below)
             tx = g(slot, "pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
             rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
             r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
@@ -595,6 +610,11 @@ class NvmlDevices(Devices):
                 self._read_health(slot, r)
         if self._gpm[slot] is not None:
             self._read_gpm(slot, r)
+            # the interval's PCIe and NVLink rates, from GPM (null at the first reading and if GPM failed)
+            r.pcie_tx_kib_per_s = _scaled(r.gpm_pcie_tx_bytes_per_s, 1 / _KIB)
+            r.pcie_rx_kib_per_s = _scaled(r.gpm_pcie_rx_bytes_per_s, 1 / _KIB)
+            r.nvlink_tx_kib_per_s = _scaled(r.gpm_nvlink_tx_bytes_per_s, 1 / _KIB)
+            r.nvlink_rx_kib_per_s = _scaled(r.gpm_nvlink_rx_bytes_per_s, 1 / _KIB)
         return r
 
     def _read_gpm(self, slot: int, r: GpuReading) -> None:
@@ -661,29 +681,6 @@ class NvmlDevices(Devices):
             r.remapped_rows_pending, r.remapped_rows_failed = int(bool(pending_rows)), int(bool(failed))
         replay = g(slot, "pcie_replay", nvml.nvmlDeviceGetPcieReplayCounter, h)
         r.pcie_replay_total = None if replay is None else int(replay)
-        r.nvlink_errors_total = self._nvlink_errors(slot)
-
-    def _nvlink_errors(self, slot: int) -> int | None:
-        """CRC flit + CRC data + replay + recovery errors, summed over the GPU's links; a counter the GPU does not
-        keep (newer parts drop some) is left out, logged once; None when it keeps none."""
-        nvml = self._nvml
-        links = self._nvlink_links[slot]
-        if not links:
-            return None
-        h = self._handles[slot]
-        total: int | None = None
-        for name in _NVLINK_ERROR_COUNTERS:
-            counter = getattr(nvml, name, None)
-            if counter is None or (slot, name) in self._skip:
-                continue
-            for link in range(links):
-                v = self._get(slot, name, nvml.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
-                if v is None:
-                    if (slot, name) in self._skip:
-                        break
-                    continue
-                total = (total or 0) + int(v)
-        return total
 
     def _read_fields(self, slot: int, r: GpuReading, *, energy: bool = True, health: bool = True) -> None:
         """ECC totals, instantaneous power, the NVLink counters and (`energy`) the energy counter in one
@@ -696,8 +693,10 @@ class NvmlDevices(Devices):
         scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
                    if (slot, name) not in self._skip and hasattr(nvml, const)
                    and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
-                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)]
-        links = [] if (slot, "nvlink") in self._skip else self._nvlink_fields[slot]
+                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
+                   and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
+        # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not read
+        links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]
         ids: list[Any] = [fid for _, _, fid in scalars] + links
         if not ids:
             return
@@ -708,7 +707,11 @@ class NvmlDevices(Devices):
         for (name, attr, _), fv in zip(scalars, values, strict=False):
             if fv.nvmlReturn == success:
                 v = value(fv)
-                setattr(r, attr, None if v is None else int(v))
+                if attr == _NVLINK_ERRORS:  # the sum of the error kinds the GPU keeps
+                    if v is not None:
+                        r.nvlink_errors_total = (r.nvlink_errors_total or 0) + int(v)
+                else:
+                    setattr(r, attr, None if v is None else int(v))
             elif fv.nvmlReturn in self._lost_codes:
                 self._lost[slot] = True
                 raise GpuLostError(slot, f"{name} field: NVML error {fv.nvmlReturn}")

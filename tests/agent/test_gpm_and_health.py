@@ -184,3 +184,29 @@ def test_a_recording_replays_its_gpm_and_health_columns_and_absent_ones_are_none
     assert r.pcie_replay_total is None and r.gpm_dram_bw_util_pct is None  # not in the recording
     now[0] = 1.0
     assert dev.read(0).gpm_tensor_activity_pct == 30.0
+
+
+def test_a_gpm_gpu_takes_its_pcie_and_nvlink_rates_from_gpm_every_reading() -> None:
+    fake = _gpm_fake()
+    g0 = fake.gpus[0]
+    g0.gpm_metrics[pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC] = 100.0  # MiB/s
+    asked: list[list[object]] = []
+    real = fake.nvmlDeviceGetFieldValues
+
+    def field_values(h, ids):  # type: ignore[no-untyped-def]
+        if h.gpu is g0:
+            asked.append(list(ids))
+        return real(h, ids)
+
+    fake.nvmlDeviceGetFieldValues = field_values  # type: ignore[method-assign]
+    dev = NvmlDevices(fake, xid_events=False, slow_every=1)  # the PCIe window would be due at every reading
+    first, second = dev.read(0), dev.read(0)
+    assert first.pcie_tx_kib_per_s is None and first.nvlink_tx_kib_per_s is None  # no GPM interval yet
+    assert second.pcie_tx_kib_per_s == pytest.approx(5516329.96 / 1024)
+    assert second.nvlink_tx_kib_per_s == pytest.approx(100.0 * 1024)
+    assert fake.calls.get("nvmlDeviceGetPcieThroughput", 0) == 0
+    nvlink_data = (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+    assert not any(isinstance(f, tuple) and f[0] in nvlink_data for ids in asked for f in ids)
+    # GPU 1 has no GPM: the 20 ms PCIe window and the per-link counters, as before
+    other = dev.read(1)
+    assert other.pcie_tx_kib_per_s == 1000 and fake.calls["nvmlDeviceGetPcieThroughput"] == 2
