@@ -12,11 +12,11 @@ Cadence of each shipped field (the device layer decides what it reads when: agen
 - every interval (`read`): memory_total_bytes, memory_reserved_bytes, gpu_util_pct, mem_util_pct,
   temperature_c, sm_clock_mhz, mem_clock_mhz, throttle_reasons, nvlink_tx/rx_bytes_per_s (counter deltas
   between readings), ecc_corrected/uncorrected_total, power_limit_w, xid_last, and the processes;
-- every 30th interval of a GPU (staggered across GPUs; the first reading too), null in the rows between:
+- every 60th interval of a GPU (staggered across GPUs; the first reading too), null in the rows between:
   energy_counter_j and pcie_tx/rx_bytes_per_s, the two expensive calls (a counter or rate from another
   reading would be wrong for the row's timestamp, so it is not repeated);
-- every 60th interval: app_sm_clock_mhz and app_mem_clock_mhz (set by administrators, ~1 ms per call); every
-  row carries the value last read, at most 60 intervals old;
+- every 300th interval: app_sm_clock_mhz and app_mem_clock_mhz (set by administrators, ~1 ms per call); every
+  row carries the value last read, at most 300 intervals old;
 - every interval where the GPU has GPM (Hopper+): gpm_* over the interval since the previous reading (null at the
   first reading and without GPM);
 - every 30th interval (staggered; the first reading too), null in between: the health counters
