@@ -15,10 +15,10 @@ agent/devices/fake.py; nearly all of it is CPU time of the driver, not waiting):
   enforced power limit (2 us), ECC totals, NVLink counters and processes: each a few microseconds;
 - every `slow_every` readings of a GPU (default 60: at 30 the energy reads alone cost an 8-GPU node 0.08 % of a
   core), staggered across GPUs so that a pass reads at most one GPU's slow fields (with up to 60 GPUs), and at the
-  first reading (and the first after a lost GPU is back): the energy counter (~3 ms of driver CPU per GPU, even through nvmlDeviceGetFieldValues) and PCIe
-  throughput (20 ms of driver sampling per direction, 0.75 ms of it CPU). In between both are null ("not
-  read this interval"): a counter or rate repeated from an earlier reading would be wrong for the row's
-  timestamp;
+  first reading (and the first after a lost GPU is back): the energy counter (~3 ms of driver CPU per GPU, even
+  through nvmlDeviceGetFieldValues) and PCIe throughput (20 ms of driver sampling per direction, 0.75 ms of it
+  CPU). In between both are null ("not read this interval"): a counter or rate repeated from an earlier reading
+  would be wrong for the row's timestamp;
 - every `static_every` readings (default 300): the application clocks (~1 ms each, they change only when an
   administrator sets them); the value last read is sent on every row;
 - GPM (Hopper and later, `nvmlGpmQueryDeviceSupport`): one `nvmlGpmSampleGet` per reading (53 us on the H100)
