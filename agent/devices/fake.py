@@ -252,7 +252,7 @@ class FakeNvml:
 
     @classmethod
     def with_gpus(cls, n: int, *, realistic: bool = False, **kw: Any) -> FakeNvml:
-        """`n` GPUs with one compute process each. `realistic`: the H100 latencies, and the process is this
+        """`n` GPUs with one compute process each. `realistic`: the H100 latencies and GPM, and the process is this
         one (a pid that exists, as a job's does on a real node, so that the attribution's /proc lookups take
         their steady-state path: one cached stat read per process and interval), else pid 10000 + i."""
         pids = [os.getpid()] * n if realistic else [10_000 + i for i in range(n)]
