@@ -38,8 +38,8 @@ class SourceError(ValueError):
 def open_devices(source: str, *, replay_job_id: str | None = None) -> Devices:
     """`nvml`, `replay:FILE` (a recording played as if live: our clock, looping; its unattributed processes
     attributed to `replay_job_id`), `replay-original:FILE` (the recording's own timestamps and values, one sample
-    per recorded row, once) or `fake:N` (N simulated GPUs with realistic NVML latencies, for the overhead
-    benchmark; batches are labelled source="test")."""
+    per recorded row, once) or `fake:N` (N simulated H100s, GPM included, with realistic NVML latencies, for the
+    overhead benchmark; batches are labelled source="test")."""
     kind, _, arg = source.partition(":")
     if kind == "nvml":
         from agent.devices.nvml import NvmlDevices

@@ -12,11 +12,15 @@ Cadence of each shipped field (the device layer decides what it reads when: agen
 - every interval (`read`): memory_total_bytes, memory_reserved_bytes, gpu_util_pct, mem_util_pct,
   temperature_c, sm_clock_mhz, mem_clock_mhz, throttle_reasons, nvlink_tx/rx_bytes_per_s (counter deltas
   between readings), ecc_corrected/uncorrected_total, power_limit_w, xid_last, and the processes;
-- every 30th interval of a GPU (staggered across GPUs; the first reading too), null in the rows between:
+- every 60th interval of a GPU (staggered across GPUs; the first reading too), null in the rows between:
   energy_counter_j and pcie_tx/rx_bytes_per_s, the two expensive calls (a counter or rate from another
   reading would be wrong for the row's timestamp, so it is not repeated);
-- every 60th interval: app_sm_clock_mhz and app_mem_clock_mhz (set by administrators, ~1 ms per call); every
-  row carries the value last read, at most 60 intervals old.
+- every 300th interval: app_sm_clock_mhz and app_mem_clock_mhz (set by administrators, ~1 ms per call); every
+  row carries the value last read, at most 300 intervals old;
+- every interval where the GPU has GPM (Hopper+): gpm_* over the interval since the previous reading (null at the
+  first reading and without GPM);
+- every 30th interval (staggered; the first reading too), null in between: the health counters
+  (ecc_*_volatile, retired_pages_*, remapped_rows_*, pcie_replay_total, nvlink_errors_total).
 
 `make_batch()` turns the rows gathered since the last batch into one validated SampleBatch. A row that fails
 validation (a process whose job id is not one, from a device layer or a recording) is dropped, counted in
@@ -43,6 +47,8 @@ from pydantic_core import ErrorDetails
 from agent.attribution import Attributor
 from agent.devices.base import DeviceError, Devices, GpuLostError, GpuReading
 from fleetprof.protocol import (
+    GPM_FIELDS,
+    HEALTH_COUNTER_FIELDS,
     PCT_FIELDS,
     PROTOCOL_VERSION,
     SAMPLE_FIELDS,
@@ -57,6 +63,7 @@ log = logging.getLogger(__name__)
 
 _KIB = 1024.0  # NVML's "KB" throughput units are KiB
 _NON_NEGATIVE = frozenset(name for name, _ in SAMPLE_FIELDS) - {"temperature_c"}
+_PASSED_THROUGH = (*GPM_FIELDS, *HEALTH_COUNTER_FIELDS)  # GpuReading attributes named as the wire's columns
 _Columns = TypeVar("_Columns", bound=BaseModel)
 
 
@@ -139,7 +146,8 @@ class Sampler:
             GpuInfo(uuid=g.uuid, index=g.index, name=g.name, memory_total_bytes=g.memory_total_bytes,
                     pci_bus_id=g.pci_bus_id, mig_parent_uuid=g.mig_parent_uuid, power_source=g.power_source,
                     power_limit_w=None if g.power_limit_mw is None else g.power_limit_mw / 1000,
-                    tdp_w=None if g.default_power_limit_mw is None else g.default_power_limit_mw / 1000)
+                    tdp_w=None if g.default_power_limit_mw is None else g.default_power_limit_mw / 1000,
+                    max_sm_clock_mhz=g.max_sm_clock_mhz, slowdown_temperature_c=g.slowdown_temperature_c)
             for g in self._gpus
         ]
 
@@ -255,6 +263,8 @@ class Sampler:
             "ecc_corrected_total": r.ecc_corrected_total,
             "ecc_uncorrected_total": r.ecc_uncorrected_total,
             "xid_last": self._xid_last[slot],
+            # GPM and the health counters are already in wire units (bytes/s, percent, counts)
+            **{name: getattr(r, name) for name in _PASSED_THROUGH},
         }
 
     # ------------------------------------------------------------------------------------------ batching

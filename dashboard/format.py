@@ -28,3 +28,8 @@ from fleetprof.units import (  # noqa: F401 - re-exported: the dashboard's pages
 def text(value: object) -> str:
     """A user-supplied string for display (Dash escapes it; this only maps None to 'unknown')."""
     return UNKNOWN if value is None or value == "" else str(value)
+
+
+def bytes_per_s(value: float | None) -> str:
+    """A data rate (PCIe, NVLink) in the binary unit that reads best, e.g. "15.34 MiB/s"."""
+    return UNKNOWN if value is None else f"{size(value)}/s"

@@ -453,6 +453,11 @@ class Client:
         body: list[Json] = self.get_json("/api/v1/gpus", node=node)
         return body
 
+    def gpu_gpm(self, node: str, window_s: float = 300.0) -> list[Json]:
+        """GET /api/v1/gpus/gpm: each of the node's GPUs' NVML GPM means over the last `window_s` seconds."""
+        body: list[Json] = self.get_json("/api/v1/gpus/gpm", node=node, window_s=window_s)
+        return body
+
     def fleet_summary(self, window: str = "24h") -> Json:
         body: Json = self.get_json("/api/v1/fleet/summary", window=window)
         return body

@@ -57,6 +57,10 @@ class GpuInfo(_Strict):
     power_source: str | None = None
     power_limit_w: NonNegFloat | None = None
     tdp_w: NonNegFloat | None = None
+    # The GPU's maximum SM clock (nvmlDeviceGetMaxClockInfo(SM)) and the temperature at which the hardware slows
+    # the clocks (nvmlDeviceGetTemperatureThreshold(SLOWDOWN)): what sm_clock_mhz and temperature_c are held against.
+    max_sm_clock_mhz: NonNegFloat | None = None
+    slowdown_temperature_c: FiniteFloat | None = None
 
 
 class NodeInfo(_Strict):
@@ -95,9 +99,42 @@ SAMPLE_FIELDS: tuple[tuple[str, type], ...] = (
     ("power_limit_w", float),
     ("app_sm_clock_mhz", float),
     ("app_mem_clock_mhz", float),
+    # GPM (GPU performance monitoring, Hopper and later): what the GPU did between two GPM samples one shipping
+    # interval apart (nvmlGpmMetricsGet). SM activity is the share of SMs busy, occupancy the active warps against
+    # the maximum, tensor activity the share of time the tensor cores were used, DRAM bandwidth against the
+    # peak; PCIe and NVLink traffic in bytes/s. Null where the GPU has no GPM (before Hopper, MIG devices).
+    ("gpm_sm_activity_pct", float),
+    ("gpm_sm_occupancy_pct", float),
+    ("gpm_tensor_activity_pct", float),
+    ("gpm_dram_bw_util_pct", float),
+    ("gpm_pcie_tx_bytes_per_s", float),
+    ("gpm_pcie_rx_bytes_per_s", float),
+    ("gpm_nvlink_tx_bytes_per_s", float),
+    ("gpm_nvlink_rx_bytes_per_s", float),
+    # Health counters, cumulative (read every `health_every` intervals, null in between); flags are 0/1.
+    # ecc_*_total above are the aggregate (lifetime) counts, these the volatile ones (since the driver loaded).
+    ("ecc_corrected_volatile", int),
+    ("ecc_uncorrected_volatile", int),
+    ("retired_pages_sbe", int),
+    ("retired_pages_dbe", int),
+    ("retired_pages_pending", int),
+    ("remapped_rows_correctable", int),
+    ("remapped_rows_uncorrectable", int),
+    ("remapped_rows_pending", int),
+    ("remapped_rows_failed", int),
+    ("pcie_replay_total", int),
+    # summed over links: CRC flit + CRC data + replay + recovery error counters
+    ("nvlink_errors_total", int),
 )
 SAMPLE_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in SAMPLE_FIELDS)
-PCT_FIELDS = frozenset({"gpu_util_pct", "mem_util_pct"})
+PCT_FIELDS = frozenset({"gpu_util_pct", "mem_util_pct", "gpm_sm_activity_pct", "gpm_sm_occupancy_pct",
+                        "gpm_tensor_activity_pct", "gpm_dram_bw_util_pct"})
+GPM_FIELDS: tuple[str, ...] = tuple(name for name in SAMPLE_FIELD_NAMES if name.startswith("gpm_"))
+HEALTH_COUNTER_FIELDS: tuple[str, ...] = (
+    "ecc_corrected_volatile", "ecc_uncorrected_volatile", "retired_pages_sbe", "retired_pages_dbe",
+    "retired_pages_pending", "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
+    "remapped_rows_failed", "pcie_replay_total", "nvlink_errors_total")
+Flag = Annotated[int, Strict(), Field(ge=0, le=1)]
 
 OptNonNegInt = NonNegInt | None
 OptNonNegFloat = NonNegFloat | None
@@ -130,6 +167,25 @@ class SampleColumns(_Strict):
     power_limit_w: list[OptNonNegFloat] | None = None
     app_sm_clock_mhz: list[OptNonNegFloat] | None = None
     app_mem_clock_mhz: list[OptNonNegFloat] | None = None
+    gpm_sm_activity_pct: list[Pct | None] | None = None
+    gpm_sm_occupancy_pct: list[Pct | None] | None = None
+    gpm_tensor_activity_pct: list[Pct | None] | None = None
+    gpm_dram_bw_util_pct: list[Pct | None] | None = None
+    gpm_pcie_tx_bytes_per_s: list[OptNonNegFloat] | None = None
+    gpm_pcie_rx_bytes_per_s: list[OptNonNegFloat] | None = None
+    gpm_nvlink_tx_bytes_per_s: list[OptNonNegFloat] | None = None
+    gpm_nvlink_rx_bytes_per_s: list[OptNonNegFloat] | None = None
+    ecc_corrected_volatile: list[OptNonNegInt] | None = None
+    ecc_uncorrected_volatile: list[OptNonNegInt] | None = None
+    retired_pages_sbe: list[OptNonNegInt] | None = None
+    retired_pages_dbe: list[OptNonNegInt] | None = None
+    retired_pages_pending: list[Flag | None] | None = None
+    remapped_rows_correctable: list[OptNonNegInt] | None = None
+    remapped_rows_uncorrectable: list[OptNonNegInt] | None = None
+    remapped_rows_pending: list[Flag | None] | None = None
+    remapped_rows_failed: list[Flag | None] | None = None
+    pcie_replay_total: list[OptNonNegInt] | None = None
+    nvlink_errors_total: list[OptNonNegInt] | None = None
 
     @model_validator(mode="after")
     def _same_length(self) -> SampleColumns:

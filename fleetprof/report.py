@@ -263,10 +263,61 @@ class TimeSection(Section):
 
 
 # ------------------------------------------------------------------------------------------ utilization, energy
+GPM_SOURCE = "NVML GPM"
+
+
+def gpm_source_label(sample_source: str | None) -> str:
+    """Where GPM figures came from: "NVML GPM", labelled as such when the samples came from the NVML test double
+    (batches with source "test") or a replayed recording (source "replay")."""
+    if sample_source == "test":
+        return f"{GPM_SOURCE} (NVML test double)"
+    if sample_source == "replay":
+        return f"{GPM_SOURCE} (replayed recording)"
+    return GPM_SOURCE
+
+
+class GpmGpu(Section):
+    """One GPU's NVML GPM means over the job's samples; null: unknown (no GPM on this GPU, before Hopper or a MIG
+    device, or no sample with it)."""
+
+    gpu_uuid: str
+    samples: int = Field(description="the job's samples of this GPU that carry GPM values")
+    sm_activity_mean_pct: float | None = Field(description="share of SMs busy (GPM SM_UTIL), mean over samples")
+    sm_occupancy_mean_pct: float | None = Field(description="active warps against the maximum (GPM SM_OCCUPANCY)")
+    tensor_activity_mean_pct: float | None = Field(description="share of time tensor cores were busy "
+                                                               "(GPM ANY_TENSOR_UTIL)")
+    dram_bw_util_mean_pct: float | None = Field(description="DRAM bandwidth used against the peak (GPM DRAM_BW_UTIL)")
+    pcie_tx_mean_bytes_per_s: float | None
+    pcie_rx_mean_bytes_per_s: float | None
+    nvlink_tx_mean_bytes_per_s: float | None
+    nvlink_rx_mean_bytes_per_s: float | None
+    source: str | None = Field(description="'NVML GPM' (labelled for the NVML test double or a replay); null: unknown")
+
+
+class GpmSection(Section):
+    """How much of the GPU the job used, where the hardware tells (NVML GPM, Hopper and later): the job's means are
+    the means of its GPUs' means (each GPU weighs the same), over the GPUs that have GPM; null: unknown."""
+
+    gpus_with_gpm: int
+    sm_activity_mean_pct: float | None
+    sm_occupancy_mean_pct: float | None
+    tensor_activity_mean_pct: float | None
+    dram_bw_util_mean_pct: float | None
+    pcie_tx_mean_bytes_per_s: float | None
+    pcie_rx_mean_bytes_per_s: float | None
+    nvlink_tx_mean_bytes_per_s: float | None
+    nvlink_rx_mean_bytes_per_s: float | None
+    source: str | None = Field(description="'NVML GPM' (labelled for the NVML test double or a replay); null: no "
+                                           "GPU of the job has GPM")
+    gpus: list[GpmGpu]
+
+
 class UtilizationSection(Section):
     gpu_mean_pct: float | None
     gpu_p95_pct: float | None
     memory_mean_pct: float | None = Field(description="NVML utilization.memory: memory controller busy, not capacity")
+    gpm: GpmSection | None = Field(None, description="NVML GPM means (SM activity, occupancy, tensor activity, DRAM "
+                                                     "bandwidth); null: not analyzed (reports before issue #20)")
 
 
 class EnergySection(Section):
@@ -453,6 +504,7 @@ class Sources(Section):
     time_breakdown: str | None = _source("time.breakdown")
     utilization_gpu_mean_pct: str | None = _source("utilization.gpu_mean_pct")
     utilization_memory_mean_pct: str | None = _source("utilization.memory_mean_pct")
+    utilization_gpm: str | None = _source("utilization.gpm")
     optimization: str | None = _source("optimization")
     health_findings: str | None = _source("health.findings")
     mfu_mfu_fraction: str | None = _source("mfu.mfu_fraction")

@@ -57,6 +57,8 @@ class GpuIdentity:
     power_source: str | None = None
     power_limit_mw: int | None = None
     default_power_limit_mw: int | None = None
+    max_sm_clock_mhz: float | None = None  # nvmlDeviceGetMaxClockInfo(SM)
+    slowdown_temperature_c: float | None = None  # nvmlDeviceGetTemperatureThreshold(SLOWDOWN)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,27 @@ class GpuReading:
     power_limit_mw: int | None = None  # enforced now (nvmlDeviceGetEnforcedPowerLimit)
     app_sm_clock_mhz: float | None = None  # application clocks (nvmlDeviceGetApplicationsClock)
     app_mem_clock_mhz: float | None = None
+    # GPM (Hopper+): over the interval since the previous GPM sample; None without GPM or at the first reading
+    gpm_sm_activity_pct: float | None = None
+    gpm_sm_occupancy_pct: float | None = None
+    gpm_tensor_activity_pct: float | None = None
+    gpm_dram_bw_util_pct: float | None = None
+    gpm_pcie_tx_bytes_per_s: float | None = None
+    gpm_pcie_rx_bytes_per_s: float | None = None
+    gpm_nvlink_tx_bytes_per_s: float | None = None
+    gpm_nvlink_rx_bytes_per_s: float | None = None
+    # health counters (cumulative; flags 0/1), read every `health_every` readings, None in between
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: int | None = None
+    remapped_rows_failed: int | None = None
+    pcie_replay_total: int | None = None
+    nvlink_errors_total: int | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ the driver for its sampling window), else the constructor's `cpu_fraction`.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -55,6 +56,9 @@ DEFAULT_LATENCIES_S: dict[str, float] = {
     "nvmlDeviceGetGraphicsRunningProcesses": 7.2e-6,
     "nvmlEventSetWait": 3.2e-6,
     "nvmlDeviceGetFieldValues": 4.9e-6,  # one field (POWER_INSTANT); plus FIELD_LATENCIES_S per field asked
+    # GPM (bench/results/nvml_probe_h100.json): one sample; the metrics are computed from two samples in the
+    # library, unmeasured: the assumed DEFAULT_LATENCY_S
+    "nvmlGpmSampleGet": 52.8e-6,  # p95 86.8 us
 }
 # nvmlDeviceGetFieldValues, H100 / 580.159.04 (CPU probe): the call costs what its most expensive fields cost.
 # ENERGY alone 2944 us (the same as nvmlDeviceGetTotalEnergyConsumption), ECC SBE+DBE 7.7 us: extra seconds
@@ -65,6 +69,26 @@ FIELD_LATENCIES_S: dict[int, float] = {
     _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: 2939e-6,
     _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: 1.5e-6,
+    # unmeasured, assumed to cost what the volatile ECC counts do: the aggregate ECC counts and the NVLink error
+    # totals (that H100 had no NVLink)
+    _real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: 1.5e-6,
+    _real.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: 1.5e-6,
+}
+# GPM metrics of an H100 80GB HBM3 running a bf16 8192x8192 matmul (bench/results/nvml_probe_h100.json): the
+# values a GPU with `gpm_supported` reports unless a test scripts others. NVML gives PCIe/NVLink in MiB/s.
+H100_MATMUL_GPM: dict[int, float] = {
+    _real.NVML_GPM_METRIC_SM_UTIL: 96.47,
+    _real.NVML_GPM_METRIC_SM_OCCUPANCY: 14.26,
+    _real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 93.63,
+    _real.NVML_GPM_METRIC_DRAM_BW_UTIL: 24.03,
+    _real.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 5516329.96 / 1048576,
+    _real.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 16084622.35 / 1048576,
+    _real.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 0.0,  # that H100 has no NVLink
+    _real.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 0.0,
 }
 # Measured CPU time / wall time of a call (H100 / 580.159.04, CPU probe); other calls: `cpu_fraction`.
 CPU_FRACTIONS: dict[str, float] = {
@@ -73,6 +97,17 @@ CPU_FRACTIONS: dict[str, float] = {
     **{name: 1.0 for name in DEFAULT_LATENCIES_S if name not in ("nvmlInit", "nvmlDeviceGetPcieThroughput")},
 }
 _MIN_SLEEP_S = 200e-6
+_clock_read: list[float] = []  # what one time.thread_time() costs on this machine (measured once, lazily)
+
+
+def _clock_read_s() -> float:
+    if not _clock_read:
+        n = 2000
+        t = time.perf_counter()
+        for _ in range(n):
+            time.thread_time()
+        _clock_read.append((time.perf_counter() - t) / n)
+    return _clock_read[0]
 _CONSTANT_PREFIXES = ("NVML_", "nvmlEventType", "nvmlMemory_", "nvmlFlag")
 
 
@@ -101,8 +136,26 @@ class FakeGpu:
     nvlink_links: int = 18
     nvlink_tx_kib: int = 0
     nvlink_rx_kib: int = 0
-    ecc_corrected: int = 0
+    ecc_corrected: int = 0  # aggregate (lifetime) counts
     ecc_uncorrected: int = 0
+    ecc_corrected_volatile: int = 0  # since the driver loaded
+    ecc_uncorrected_volatile: int = 0
+    retired_pages_sbe: int = 0
+    retired_pages_dbe: int = 0
+    retired_pages_pending: bool = False
+    remapped_rows_correctable: int = 0
+    remapped_rows_uncorrectable: int = 0
+    remapped_rows_pending: bool = False
+    remapped_rows_failed: bool = False
+    pcie_replay: int = 0
+    # (link, NVML_NVLINK_ERROR_DL_* counter) -> count; links beyond nvlink_links answer INVALID_ARGUMENT
+    nvlink_errors: dict[tuple[int, int], int] = field(default_factory=dict)
+    max_sm_clock_mhz: int = 1980
+    slowdown_temperature_c: int = 90
+    # GPM (Hopper+): off by default, as on every GPU before Hopper. `gpm_metrics` (NVML metric id -> value) is what
+    # nvmlGpmMetricsGet reports for the interval ending at the later sample; a metric absent answers NOT_SUPPORTED.
+    gpm_supported: bool = False
+    gpm_metrics: dict[int, float] = field(default_factory=lambda: dict(H100_MATMUL_GPM))
     pci_bus_id: str = "00000000:00:00.0"
     power_limit_mw: int = 700_000
     default_power_limit_mw: int = 700_000
@@ -115,7 +168,7 @@ class FakeGpu:
     graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
     mig_devices: list[FakeGpu] = field(default_factory=list)
     # NVML function names that answer NVML_ERROR_NOT_SUPPORTED on this GPU; "power_instant", "energy"
-    # and "ecc" name field values
+    # and "ecc" name field values, "nvlink_errors:<counter>" one NVLink error counter
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
     is_mig: bool = False
@@ -149,6 +202,19 @@ class _FieldValue:
 
 
 _fv = _FieldValue
+_ECC_FIELDS = {_real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_corrected",
+               _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_uncorrected",
+               _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "ecc_corrected_volatile",
+               _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "ecc_uncorrected_volatile"}
+
+_NVLINK_ERROR_TOTALS = {_real.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+                        _real.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_CRC_DATA,
+                        _real.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_REPLAY,
+                        _real.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: _real.NVML_NVLINK_ERROR_DL_RECOVERY}
+
+
+def _address(pointer: Any) -> int:
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
 
 class FakeNvml:
@@ -174,6 +240,10 @@ class FakeNvml:
         self.calls: dict[str, int] = {}
         self._handles = [_Handle(g) for g in gpus]
         self._events: deque[tuple[int, int]] = deque()  # (gpu position, xid)
+        # GPM samples by address: the GPU sampled and its scripted metrics then (None: allocated, not sampled)
+        self._gpm_samples: dict[int, tuple[str, dict[int, float]] | None] = {}
+        self._gpm_buffers: dict[int, Any] = {}
+        self.c_nvmlGpmMetricsGet_t = _real.c_nvmlGpmMetricsGet_t
         self._lock = threading.Lock()
         # constants (NVML_*, nvmlEventType*, nvmlMemory_v2) are the real module's, copied once
         for name in dir(_real):
@@ -182,12 +252,15 @@ class FakeNvml:
 
     @classmethod
     def with_gpus(cls, n: int, *, realistic: bool = False, **kw: Any) -> FakeNvml:
-        """`n` GPUs with one compute process each. `realistic`: the H100 latencies, and the process is this
+        """`n` GPUs with one compute process each. `realistic`: the H100 latencies and GPM, and the process is this
         one (a pid that exists, as a job's does on a real node, so that the attribution's /proc lookups take
         their steady-state path: one cached stat read per process and interval), else pid 10000 + i."""
         pids = [os.getpid()] * n if realistic else [10_000 + i for i in range(n)]
+        # realistic: the H100's GPM, and its retired-pages call answers NOT_SUPPORTED (it remaps rows instead)
         gpus = [FakeGpu(uuid=f"GPU-fake{i:04d}-0000-0000-0000-000000000000", pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
-                        compute_processes=[(pids[i], 20 << 30)]) for i in range(n)]
+                        compute_processes=[(pids[i], 20 << 30)], gpm_supported=realistic,
+                        unsupported={"nvmlDeviceGetRetiredPages"} if realistic else set())
+                for i in range(n)]
         if realistic:
             kw.setdefault("latencies_s", DEFAULT_LATENCIES_S)
             kw.setdefault("default_latency_s", DEFAULT_LATENCY_S)
@@ -208,8 +281,12 @@ class FakeNvml:
             return
         spin = latency * self.cpu_fractions.get(name, self.cpu_fraction)
         # spin on this thread's CPU clock, not the wall clock: on a busy machine a preempted spin would
-        # otherwise charge less CPU than the call costs
-        end = time.thread_time() + spin
+        # otherwise charge less CPU than the call costs. Reading that clock is itself a syscall (1.4 us on the
+        # bench machine), and the spin stops only at the first read past its end: it overshoots by about one read
+        # (the first read's own cost before its sample, the last one's after, and where the last sample falls
+        # past the end), so it aims one read short. Measured on the bench machine (thread CPU per call, 1.8 us to
+        # 3 ms latencies): the charge was 0.9-1.2 us over the latency (6 us at 3 ms), now 0.4-0.7 us over.
+        end = time.thread_time() + spin - _clock_read_s()
         while time.thread_time() < end:
             pass
         # A real call is one ioctl; a nanosleep for a few microseconds would add a second syscall and a
@@ -319,7 +396,8 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[Any]) -> list[_FieldValue]:
         costs = self.field_latencies_s
-        extra = sum(cost for fid, cost in costs.items() if fid in field_ids) if costs else 0.0  # (per field kind)
+        # once per field kind asked (the per-link NVLink fields, (id, link) pairs, have no measured cost)
+        extra = sum(costs.get(f, 0.0) for f in set(field_ids) if not isinstance(f, tuple)) if costs else 0.0
         g = self._check("nvmlDeviceGetFieldValues", h, extra_s=extra)
         ok, unsupported = _real.NVML_SUCCESS, _real.NVML_ERROR_NOT_SUPPORTED
         out = []
@@ -338,10 +416,15 @@ class FakeNvml:
             elif fid == _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
                 bad = "energy" in g.unsupported or g.is_mig
                 out.append(_fv(fid, scope, unsupported if bad else ok, g.energy_mj))
-            elif fid in (_real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, _real.NVML_FI_DEV_ECC_DBE_VOL_TOTAL):
+            elif fid in _ECC_FIELDS:
                 bad = "ecc" in g.unsupported or g.is_mig
+                out.append(_fv(fid, scope, unsupported if bad else ok, getattr(g, _ECC_FIELDS[fid])))
+            elif fid in _NVLINK_ERROR_TOTALS:  # the driver's sum over the links of one error counter
+                counter = _NVLINK_ERROR_TOTALS[fid]
+                bad = f"nvlink_errors:{counter}" in g.unsupported or g.is_mig or g.nvlink_links == 0
                 out.append(_fv(fid, scope, unsupported if bad else ok,
-                               g.ecc_corrected if fid == _real.NVML_FI_DEV_ECC_SBE_VOL_TOTAL else g.ecc_uncorrected))
+                               sum(n for (link, c), n in g.nvlink_errors.items() if c == counter
+                                   and link < g.nvlink_links)))
             elif fid == _real.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 out.append(_fv(fid, scope, unsupported if g.nvlink_links == 0 else ok, g.nvlink_links))
             else:
@@ -369,8 +452,92 @@ class FakeNvml:
         return g.pcie_tx_kib_per_s if counter == _real.NVML_PCIE_UTIL_TX_BYTES else g.pcie_rx_kib_per_s
 
     def nvmlDeviceGetTotalEccErrors(self, h: _Handle, error_type: int, counter_type: int) -> int:
-        g = self._check("nvmlDeviceGetTotalEccErrors", h)
-        return g.ecc_corrected if error_type == _real.NVML_MEMORY_ERROR_TYPE_CORRECTED else g.ecc_uncorrected
+        g = self._check("nvmlDeviceGetTotalEccErrors", h, "ecc")
+        corrected = error_type == _real.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        if counter_type == _real.NVML_VOLATILE_ECC:
+            return g.ecc_corrected_volatile if corrected else g.ecc_uncorrected_volatile
+        return g.ecc_corrected if corrected else g.ecc_uncorrected
+
+    def nvmlDeviceGetRetiredPages(self, h: _Handle, cause: int) -> list[int]:
+        g = self._check("nvmlDeviceGetRetiredPages", h)
+        n = g.retired_pages_sbe if cause == _real.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS \
+            else g.retired_pages_dbe
+        return [0x1000 * (i + 1) for i in range(n)]  # page addresses
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: _Handle) -> int:
+        g = self._check("nvmlDeviceGetRetiredPagesPendingStatus", h, "nvmlDeviceGetRetiredPages")
+        return _real.NVML_FEATURE_ENABLED if g.retired_pages_pending else _real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, h: _Handle) -> tuple[int, int, int, int]:
+        g = self._check("nvmlDeviceGetRemappedRows", h)
+        return (g.remapped_rows_correctable, g.remapped_rows_uncorrectable, int(g.remapped_rows_pending),
+                int(g.remapped_rows_failed))
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: _Handle) -> int:
+        return self._check("nvmlDeviceGetPcieReplayCounter", h).pcie_replay
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: _Handle, link: int, counter: int) -> int:
+        g = self._check("nvmlDeviceGetNvLinkErrorCounter", h, f"nvlink_errors:{counter}")
+        if g.is_mig or not 0 <= link < g.nvlink_links:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return g.nvlink_errors.get((link, counter), 0)
+
+    def nvmlDeviceGetMaxClockInfo(self, h: _Handle, clock: int) -> int:
+        g = self._check("nvmlDeviceGetMaxClockInfo", h)
+        return g.max_sm_clock_mhz if clock == _real.NVML_CLOCK_SM else g.mem_clock_mhz
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: _Handle, threshold: int) -> int:
+        g = self._check("nvmlDeviceGetTemperatureThreshold", h)
+        if threshold != _real.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return g.slowdown_temperature_c
+
+    # ------------------------------------------------------------------------------------------ GPM
+
+    def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> SimpleNamespace:
+        g = self._check("nvmlGpmQueryDeviceSupport", h)
+        return SimpleNamespace(version=_real.NVML_GPM_SUPPORT_VERSION,
+                               isSupportedDevice=int(g.gpm_supported and not g.is_mig))
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._cost("nvmlGpmSampleAlloc")
+        buf = ctypes.create_string_buffer(8)  # an address of its own, as the library's opaque sample has
+        sample = ctypes.cast(buf, _real.c_nvmlGpmSample_t)
+        self._gpm_buffers[_address(sample)] = buf
+        self._gpm_samples[_address(sample)] = None
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self._gpm_samples.pop(_address(sample), None)
+        self._gpm_buffers.pop(_address(sample), None)
+
+    def nvmlGpmSampleGet(self, h: _Handle, sample: Any) -> Any:
+        g = self._check("nvmlGpmSampleGet", h)
+        if not g.gpm_supported or g.is_mig:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        key = _address(sample)
+        if key not in self._gpm_samples:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)  # never allocated, or freed
+        self._gpm_samples[key] = (g.uuid, dict(g.gpm_metrics))
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        """As the library: both samples taken, of the same GPU, and distinct; each metric's own return code."""
+        self._cost("nvmlGpmMetricsGet")
+        first, second = self._gpm_samples.get(_address(request.sample1)), self._gpm_samples.get(
+            _address(request.sample2))
+        if first is None or second is None or first[0] != second[0] or \
+                _address(request.sample1) == _address(request.sample2):
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        if request.version != _real.NVML_GPM_METRICS_GET_VERSION:
+            raise _real.NVMLError(_real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        values = second[1]
+        for i in range(request.numMetrics):
+            m = request.metrics[i]
+            v = values.get(m.metricId)
+            m.nvmlReturn = _real.NVML_SUCCESS if v is not None else _real.NVML_ERROR_NOT_SUPPORTED
+            m.value = 0.0 if v is None else v
+        return request
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[SimpleNamespace]:
         g = self._check("nvmlDeviceGetComputeRunningProcesses", h)

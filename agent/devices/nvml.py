@@ -13,14 +13,23 @@ agent/devices/fake.py; nearly all of it is CPU time of the driver, not waiting):
 - `read_fast` (10 Hz, the peak loop): memory used (8 us) and power (2-5 us), nothing else;
 - `read` (every shipping interval): utilization, temperature, SM/memory clocks, clock event reasons, the
   enforced power limit (2 us), ECC totals, NVLink counters and processes: each a few microseconds;
-- every `slow_every` readings of a GPU (default 30), staggered across GPUs so that a pass reads at most one
-  GPU's slow fields (with up to 30 GPUs), and at the first reading (and the first after a lost GPU is back):
-  the energy counter (~3 ms of driver CPU per GPU, even through nvmlDeviceGetFieldValues) and PCIe
-  throughput (20 ms of driver sampling per direction, 0.75 ms of it CPU). In between both are null ("not
-  read this interval"): a counter or rate repeated from an earlier reading would be wrong for the row's
-  timestamp;
-- every `static_every` readings (default 60): the application clocks (~1 ms each, they change only when an
-  administrator sets them); the value last read is sent on every row.
+- every `slow_every` readings of a GPU (default 60: at 30 the energy reads alone cost an 8-GPU node 0.08 % of a
+  core), staggered across GPUs so that a pass reads at most one GPU's slow fields (with up to 60 GPUs), and at the
+  first reading (and the first after a lost GPU is back): the energy counter (~3 ms of driver CPU per GPU, even
+  through nvmlDeviceGetFieldValues) and PCIe throughput (20 ms of driver sampling per direction, 0.75 ms of it
+  CPU). In between both are null ("not read this interval"): a counter or rate repeated from an earlier reading
+  would be wrong for the row's timestamp;
+- every `static_every` readings (default 300): the application clocks (~1 ms each, they change only when an
+  administrator sets them); the value last read is sent on every row;
+- GPM (Hopper and later, `nvmlGpmQueryDeviceSupport`): one `nvmlGpmSampleGet` per reading (53 us on the H100)
+  into one of two buffers allocated at start-up, and `nvmlGpmMetricsGet` between it and the previous reading's
+  sample: the metrics cover exactly the interval between two readings, and nothing sleeps. The first reading
+  (and the first after a lost GPU is back, or after a failed sample) has no GPM values. On such a GPU the PCIe
+  and NVLink rates (pcie_*, nvlink_*) are GPM's too, every reading: nvmlDeviceGetPcieThroughput (a 20 ms window
+  every 60 readings) and the 2 x links NVLink data counters (36 fields on an H100, every reading) are not read;
+- every `health_every` readings (default 30, staggered like the slow fields, and at the first reading): the
+  health counters, which change rarely: volatile ECC counts, retired pages and their pending flag, remapped rows,
+  the PCIe replay counter and the NVLink error counters (the driver's totals over the links); null in between.
 """
 
 from __future__ import annotations
@@ -57,15 +66,42 @@ _UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATC
 _UNAVAILABLE = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION", "LIB_RM_VERSION_MISMATCH")
 _POWER_INSTANT = "field:NVML_FI_DEV_POWER_INSTANT"
 _POWER_AVERAGE = "nvmlDeviceGetPowerUsage"  # a 1-s average on A100/H100, instantaneous on older GPUs
-SLOW_EVERY = 30  # energy counter, PCIe throughput: readings of a GPU between two reads
-STATIC_EVERY = 60  # application clocks
+SLOW_EVERY = 60  # energy counter, PCIe throughput (GPUs without GPM): readings of a GPU between two reads
+STATIC_EVERY = 300  # application clocks
+HEALTH_EVERY = 30  # health counters (ECC volatile, retired pages, remapped rows, PCIe replay, NVLink errors)
 _SLOW_FIELDS = frozenset({"energy"})  # the _SCALAR_FIELDS read only when the slow fields are due
+_HEALTH_FIELDS = frozenset({"ecc_corrected_volatile", "ecc_uncorrected_volatile", "nvlink_crc_flit_errors",
+                            "nvlink_crc_data_errors", "nvlink_replay_errors", "nvlink_recovery_errors"})  # health due
+_NVLINK_ERRORS = "nvlink_errors_total"  # the GpuReading attribute the NVLink error fields add up into
 # scalar fields read with nvmlDeviceGetFieldValues: (name for logs, NVML constant, GpuReading attribute)
 _SCALAR_FIELDS = (
     ("energy", "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj"),  # mJ since driver load, Volta+
-    ("ecc_corrected", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_corrected_total"),
-    ("ecc_uncorrected", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_uncorrected_total"),
+    # aggregate (lifetime) ECC counts every interval, as ever; the volatile ones with the health counters
+    ("ecc_corrected", "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", "ecc_corrected_total"),
+    ("ecc_uncorrected", "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", "ecc_uncorrected_total"),
+    ("ecc_corrected_volatile", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_corrected_volatile"),
+    ("ecc_uncorrected_volatile", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_uncorrected_volatile"),
     ("power_instant", "NVML_FI_DEV_POWER_INSTANT", "power_mw"),
+    # NVLink data-link errors, each summed over the links by the driver (what nvmlDeviceGetNvLinkErrorCounter
+    # counts per link: 4 fields in this one call instead of 4 calls per link, 72 on an 18-link H100); added up
+    # into nvlink_errors_total with the health counters
+    ("nvlink_crc_flit_errors", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+    ("nvlink_crc_data_errors", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+    ("nvlink_replay_errors", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+    ("nvlink_recovery_errors", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", _NVLINK_ERRORS),
+)
+# GPM metrics read each interval: (NVML metric constant, GpuReading attribute, factor to the attribute's unit).
+# NVML gives PCIe and NVLink traffic in MiB/s.
+_MIB = 1024.0 * 1024.0
+_GPM_METRICS = (
+    ("NVML_GPM_METRIC_SM_UTIL", "gpm_sm_activity_pct", 1.0),
+    ("NVML_GPM_METRIC_SM_OCCUPANCY", "gpm_sm_occupancy_pct", 1.0),
+    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "gpm_tensor_activity_pct", 1.0),
+    ("NVML_GPM_METRIC_DRAM_BW_UTIL", "gpm_dram_bw_util_pct", 1.0),
+    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "gpm_pcie_tx_bytes_per_s", _MIB),
+    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "gpm_pcie_rx_bytes_per_s", _MIB),
+    ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "gpm_nvlink_tx_bytes_per_s", _MIB),
+    ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "gpm_nvlink_rx_bytes_per_s", _MIB),
 )
 
 
@@ -83,6 +119,13 @@ def map_nvml_error(nvml: Any, exc: Exception, slot: int = -1) -> DeviceError:
     if code == getattr(nvml, "NVML_ERROR_NO_PERMISSION", None):
         return DevicePermissionError(f"{exc} (NVML error {code})")
     return DeviceError(f"{exc} (NVML error {code})")
+
+
+_KIB = 1024.0
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
 
 
 def _text(value: object) -> str:
@@ -113,6 +156,17 @@ def value_reader(nvml: Any) -> Callable[[Any], float | int | None]:
     return read
 
 
+class _Gpm:
+    """One GPU's GPM state: two sample buffers (the previous reading's and this one's, swapped after each reading)
+    and the metrics request, built once (its metric ids set) and filled by every nvmlGpmMetricsGet."""
+
+    __slots__ = ("prev", "cur", "request", "attrs", "have_prev")
+
+    def __init__(self, prev: Any, cur: Any, request: Any, attrs: list[tuple[str, float]]):
+        self.prev, self.cur, self.request, self.attrs = prev, cur, request, attrs
+        self.have_prev = False
+
+
 class NvmlDevices(Devices):
     """All GPUs (and MIG devices) NVML sees on this node. Not thread-safe: one sampler owns it."""
 
@@ -120,7 +174,7 @@ class NvmlDevices(Devices):
 
     def __init__(self, nvml: Any = None, *, xid_events: bool = True,
                  clock: Callable[[], float] = time.monotonic, slow_every: int = SLOW_EVERY,
-                 static_every: int = STATIC_EVERY):
+                 static_every: int = STATIC_EVERY, health_every: int = HEALTH_EVERY, gpm: bool = True):
         # `nvml`: the pynvml module or a test double of it (untyped: pynvml ships no type hints)
         if nvml is None:
             try:
@@ -132,6 +186,8 @@ class NvmlDevices(Devices):
         self._clock = clock
         self._slow_every = max(1, slow_every)
         self._static_every = max(1, static_every)
+        self._health_every = max(1, health_every)
+        self._gpm_wanted = gpm
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
         self._lost_codes = _codes(nvml, _LOST)
         self._field_value = value_reader(nvml)
@@ -156,6 +212,8 @@ class NvmlDevices(Devices):
             self._power_instant_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)]
             # per slot, the 10 Hz reading as one closure over its handle and calls (see read_fast)
             self._fast_plan: list[Callable[[], tuple[int | None, int | None]] | None] = []
+            self._gpm: list[_Gpm | None] = []  # None: no GPM on this GPU (or MIG device)
+            self._nvlink_links: list[int] = []  # NVLink link count (0: none)
             self._discover()
             self._event_set: Any = None
             self._event_slots: dict[int, int] = {}
@@ -223,6 +281,8 @@ class NvmlDevices(Devices):
         self._ids.append(GpuIdentity(slot=slot, index=index, uuid=uuid, name="?",
                                      mig_parent_uuid=mig_parent_uuid))
         self._nvlink_fields.append([])
+        self._gpm.append(None)
+        self._nvlink_links.append(0)
         try:
             self._ids[slot] = self._identify(slot, handle, index, uuid, mig_parent_uuid)
         except GpuLostError as exc:
@@ -242,13 +302,47 @@ class NvmlDevices(Devices):
         default_limit = (self._get(slot, "power_default_limit", nvml.nvmlDeviceGetPowerManagementDefaultLimit,
                                    handle) if physical else None)
         self._nvlink_fields[slot] = self._probe_nvlink(slot) if physical else []
+        max_sm = self._get(slot, "max_sm_clock", nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM) \
+            if physical else None
+        slowdown = self._get(slot, "slowdown_temperature", nvml.nvmlDeviceGetTemperatureThreshold, handle,
+                             nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) if physical else None
+        # GPM of a MIG device needs its GPU instance (nvmlGpmMigSampleGet): not sampled, the parent's is
+        self._gpm[slot] = self._probe_gpm(slot) if physical and self._gpm_wanted else None
         return GpuIdentity(
             slot=slot, index=index, uuid=uuid, name=name,
             memory_total_bytes=int(mem.total) if mem is not None else None,
             pci_bus_id=_text(pci.busId) if pci is not None else None,
             mig_parent_uuid=mig_parent_uuid, power_source=power_source,
             power_limit_mw=limit, default_power_limit_mw=default_limit,
+            max_sm_clock_mhz=float(max_sm) if max_sm else None,  # 0 would mean "not reported"
+            slowdown_temperature_c=float(slowdown) if slowdown else None,
         )
+
+    def _probe_gpm(self, slot: int) -> _Gpm | None:
+        """GPM state for a GPU that supports it (Hopper+), else None (logged once)."""
+        nvml = self._nvml
+        if not hasattr(nvml, "nvmlGpmQueryDeviceSupport"):
+            self._note_unsupported(slot, "gpm", "this nvidia-ml-py has no GPM API")
+            return None
+        support = self._get(slot, "gpm", nvml.nvmlGpmQueryDeviceSupport, self._handles[slot])
+        if support is None:
+            return None
+        if not support.isSupportedDevice:
+            self._note_unsupported(slot, "gpm", "nvmlGpmQueryDeviceSupport: not a GPM device")
+            return None
+        metrics = [(getattr(nvml, const), attr, factor) for const, attr, factor in _GPM_METRICS
+                   if hasattr(nvml, const)]
+        try:
+            prev, cur = nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()
+        except nvml.NVMLError as exc:
+            self._note_unsupported(slot, "gpm", f"nvmlGpmSampleAlloc: {exc}")
+            return None
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metrics)
+        for i, (metric_id, _, _) in enumerate(metrics):
+            request.metrics[i].metricId = metric_id
+        return _Gpm(prev, cur, request, [(attr, factor) for _, attr, factor in metrics])
 
     def _probe_power(self, slot: int) -> str | None:
         """Prefer the instantaneous power field (H100/A100 GetPowerUsage is a 1-s average)."""
@@ -277,6 +371,7 @@ class NvmlDevices(Devices):
         if not links:
             self._note_unsupported(slot, "nvlink", "no NVLink links")
             return []
+        self._nvlink_links[slot] = int(links)
         # per-link cumulative data counters (KiB); scopeId = link number
         return [(f, link) for link in range(int(links))
                 for f in (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)]
@@ -341,6 +436,9 @@ class NvmlDevices(Devices):
         self._lost[slot] = False
         self._reads[slot] = 0  # read every field at the next reading, as at start-up
         self._fast_plan[slot] = None  # built on the old handle
+        gpm = self._gpm[slot]
+        if gpm is not None:
+            gpm.have_prev = False  # the GPU was reset: its counters restarted
         log.warning("GPU %s is back", self._ids[slot].uuid)
 
     # ------------------------------------------------------------------------------------------ interface
@@ -465,6 +563,7 @@ class NvmlDevices(Devices):
         n = self._reads[slot]
         self._reads[slot] = n + 1
         slow = self._due(n, slot, self._slow_every)
+        health = self._due(n, slot, self._health_every)
         r = GpuReading()
         # every interval: a few microseconds each
         mem = self._memory_info(slot)
@@ -478,7 +577,8 @@ class NvmlDevices(Devices):
             r.mem_util_pct = float(util.memory)
         if self._ids[slot].power_source == _POWER_AVERAGE:
             r.power_mw = g(slot, "power", nvml.nvmlDeviceGetPowerUsage, h)
-        self._read_fields(slot, r, energy=slow)  # ECC, instantaneous power, NVLink; energy when slow-due
+        # ECC, instantaneous power, NVLink; energy when slow-due, volatile ECC when health is due
+        self._read_fields(slot, r, energy=slow, health=health)
         temp = g(slot, "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
         r.temperature_c = float(temp) if temp is not None else None
         sm = g(slot, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
@@ -493,7 +593,7 @@ class NvmlDevices(Devices):
             r.power_limit_mw = g(slot, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)  # 2 us
         # every `slow_every` readings: PCIe throughput samples for 20 ms inside the driver per direction; null
         # in between (a rate over another 20 ms window is not this row's)
-        if slow:
+        if slow and self._gpm[slot] is None:  # a GPM GPU's PCIe rates come from GPM, every reading (below)
             tx = g(slot, "pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
             rx = g(slot, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
             r.pcie_tx_kib_per_s = float(tx) if tx is not None else None
@@ -506,9 +606,83 @@ class NvmlDevices(Devices):
                 self._app_clocks[slot] = (float(app_sm) if app_sm is not None else None,
                                           float(app_mem) if app_mem is not None else None)
             r.app_sm_clock_mhz, r.app_mem_clock_mhz = self._app_clocks[slot]
+            if health:
+                self._read_health(slot, r)
+        if self._gpm[slot] is not None:
+            self._read_gpm(slot, r)
+            # the interval's PCIe and NVLink rates, from GPM (null at the first reading and if GPM failed)
+            r.pcie_tx_kib_per_s = _scaled(r.gpm_pcie_tx_bytes_per_s, 1 / _KIB)
+            r.pcie_rx_kib_per_s = _scaled(r.gpm_pcie_rx_bytes_per_s, 1 / _KIB)
+            r.nvlink_tx_kib_per_s = _scaled(r.gpm_nvlink_tx_bytes_per_s, 1 / _KIB)
+            r.nvlink_rx_kib_per_s = _scaled(r.gpm_nvlink_rx_bytes_per_s, 1 / _KIB)
         return r
 
-    def _read_fields(self, slot: int, r: GpuReading, *, energy: bool = True) -> None:
+    def _read_gpm(self, slot: int, r: GpuReading) -> None:
+        """This reading's GPM sample, and the metrics between it and the previous reading's (no sleeping: the
+        interval between two readings is the GPM window). A GPU that turns out not to support it is not asked
+        again; a transient failure starts the pair anew."""
+        state = self._gpm[slot]
+        assert state is not None
+        nvml = self._nvml
+        try:
+            self._call(slot, nvml.nvmlGpmSampleGet, self._handles[slot], state.cur)
+            if state.have_prev:
+                request = state.request
+                request.sample1, request.sample2 = state.prev, state.cur
+                self._call(slot, nvml.nvmlGpmMetricsGet, request)
+                success = self._success
+                for i, (attr, factor) in enumerate(state.attrs):
+                    m = request.metrics[i]
+                    if m.nvmlReturn == success:
+                        setattr(r, attr, m.value * factor)
+        except (FieldNotSupportedError, DevicePermissionError) as err:
+            self._gpm[slot] = None
+            self._free_gpm(state)
+            self._note_unsupported(slot, "gpm", str(err))
+            return
+        except GpuLostError:
+            state.have_prev = False
+            raise
+        except DeviceError as err:
+            state.have_prev = False
+            if (slot, "gpm") not in self._warned:
+                self._warned.add((slot, "gpm"))
+                log.warning("GPU %s: reading GPM failed: %s", self._ids[slot].uuid, err)
+            return
+        state.prev, state.cur = state.cur, state.prev
+        state.have_prev = True
+
+    def _free_gpm(self, state: _Gpm) -> None:
+        for sample in (state.prev, state.cur):
+            try:
+                self._nvml.nvmlGpmSampleFree(sample)
+            except self._nvml.NVMLError as exc:
+                log.debug("nvmlGpmSampleFree: %s", exc)
+
+    def _read_health(self, slot: int, r: GpuReading) -> None:
+        """The rarely changing health counters (volatile ECC comes with the field values). Each is null where the
+        GPU lacks it: H100s retire no pages (they remap rows), A100s and H100s have both ECC kinds."""
+        nvml = self._nvml
+        h = self._handles[slot]
+        g = self._get
+        sbe = g(slot, "retired_pages", nvml.nvmlDeviceGetRetiredPages, h,
+                nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        if sbe is not None:
+            dbe = g(slot, "retired_pages", nvml.nvmlDeviceGetRetiredPages, h,
+                    nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+            r.retired_pages_sbe = len(sbe)
+            r.retired_pages_dbe = None if dbe is None else len(dbe)
+            pending = g(slot, "retired_pages_pending", nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            r.retired_pages_pending = None if pending is None else int(pending == nvml.NVML_FEATURE_ENABLED)
+        rows = g(slot, "remapped_rows", nvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            corr, unc, pending_rows, failed = rows
+            r.remapped_rows_correctable, r.remapped_rows_uncorrectable = int(corr), int(unc)
+            r.remapped_rows_pending, r.remapped_rows_failed = int(bool(pending_rows)), int(bool(failed))
+        replay = g(slot, "pcie_replay", nvml.nvmlDeviceGetPcieReplayCounter, h)
+        r.pcie_replay_total = None if replay is None else int(replay)
+
+    def _read_fields(self, slot: int, r: GpuReading, *, energy: bool = True, health: bool = True) -> None:
         """ECC totals, instantaneous power, the NVLink counters and (`energy`) the energy counter in one
         nvmlDeviceGetFieldValues call (one ioctl instead of 2N+4). The energy field alone costs ~3 ms of
         driver CPU on an H100, hence `energy` only every `slow_every` readings. A field the GPU lacks is null,
@@ -518,9 +692,11 @@ class NvmlDevices(Devices):
             return  # energy, ECC and NVLink are the parent GPU's
         scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
                    if (slot, name) not in self._skip and hasattr(nvml, const)
-                   and (energy or name not in _SLOW_FIELDS)
-                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)]
-        links = [] if (slot, "nvlink") in self._skip else self._nvlink_fields[slot]
+                   and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
+                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
+                   and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
+        # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not read
+        links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]
         ids: list[Any] = [fid for _, _, fid in scalars] + links
         if not ids:
             return
@@ -531,7 +707,11 @@ class NvmlDevices(Devices):
         for (name, attr, _), fv in zip(scalars, values, strict=False):
             if fv.nvmlReturn == success:
                 v = value(fv)
-                setattr(r, attr, None if v is None else int(v))
+                if attr == _NVLINK_ERRORS:  # the sum of the error kinds the GPU keeps
+                    if v is not None:
+                        r.nvlink_errors_total = (r.nvlink_errors_total or 0) + int(v)
+                else:
+                    setattr(r, attr, None if v is None else int(v))
             elif fv.nvmlReturn in self._lost_codes:
                 self._lost[slot] = True
                 raise GpuLostError(slot, f"{name} field: NVML error {fv.nvmlReturn}")
@@ -596,6 +776,9 @@ class NvmlDevices(Devices):
                 return
             self._closed = True
         nvml = self._nvml
+        for state in getattr(self, "_gpm", ()):
+            if state is not None:
+                self._free_gpm(state)
         try:
             if getattr(self, "_event_set", None) is not None:
                 nvml.nvmlEventSetFree(self._event_set)

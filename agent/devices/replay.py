@@ -24,7 +24,7 @@ from collections.abc import Callable
 from itertools import pairwise
 
 from agent.devices.base import Devices, GpuIdentity, GpuProcess, GpuReading, NodeFacts
-from fleetprof.protocol import SampleBatch
+from fleetprof.protocol import GPM_FIELDS, HEALTH_COUNTER_FIELDS, SampleBatch
 from fleetprof.recordings import ProcessRow, Recording, SampleRow, iter_timesteps, make_batch
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class ReplayDevices(Devices):
                 pci_bus_id=g.pci_bus_id, mig_parent_uuid=g.mig_parent_uuid, power_source=g.power_source,
                 power_limit_mw=None if g.power_limit_w is None else int(g.power_limit_w * _W_TO_MW),
                 default_power_limit_mw=None if g.tdp_w is None else int(g.tdp_w * _W_TO_MW),
+                max_sm_clock_mhz=g.max_sm_clock_mhz, slowdown_temperature_c=g.slowdown_temperature_c,
             )
             for slot, g in enumerate(recording.gpus)
         ]
@@ -124,7 +125,7 @@ class ReplayDevices(Devices):
         if energy is not None:
             energy = energy + loops * self._energy_per_loop_j.get(self._ids[slot].uuid, 0.0)
         power = num("power_w", _W_TO_MW)
-        return GpuReading(
+        reading = GpuReading(
             memory_used_bytes=whole("memory_used_bytes"), memory_total_bytes=whole("memory_total_bytes"),
             memory_reserved_bytes=whole("memory_reserved_bytes"), gpu_util_pct=num("gpu_util_pct"),
             mem_util_pct=num("mem_util_pct"), power_mw=None if power is None else int(power),
@@ -139,6 +140,12 @@ class ReplayDevices(Devices):
             power_limit_mw=whole_scaled("power_limit_w", _W_TO_MW), app_sm_clock_mhz=num("app_sm_clock_mhz"),
             app_mem_clock_mhz=num("app_mem_clock_mhz"),
         )
+        # GPM and health counters as recorded (absent from the recording: None)
+        for name in GPM_FIELDS:
+            setattr(reading, name, num(name))
+        for name in HEALTH_COUNTER_FIELDS:
+            setattr(reading, name, whole(name))
+        return reading
 
     def processes(self, slot: int) -> list[GpuProcess]:
         if not self._proc_offsets:

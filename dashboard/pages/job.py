@@ -147,6 +147,7 @@ def summary_section(job: JobRead, report: JobReport | None) -> list[Any]:
 
 def kpis(report: JobReport) -> html.Div:
     mem, tm, ut, src = report.memory, report.time, report.utilization, report.sources
+    gpm = ut.gpm
     return html.Div([
         kpi("Peak memory used", fmt.gib(mem.peak_used_bytes), fmt.source(src.memory_peak_used_bytes),
             id="job-peak-used"),
@@ -169,6 +170,10 @@ def kpis(report: JobReport) -> html.Div:
         kpi("Iteration period", fmt.seconds(tm.period_s), fmt.source(src.time_period_s), id="job-period"),
         kpi("MFU", fmt.fraction_pct(report.mfu.mfu_fraction if report.mfu else None),
             fmt.source(src.mfu_mfu_fraction), id="job-mfu"),
+        kpi("SM activity (mean)", fmt.pct(gpm.sm_activity_mean_pct if gpm else None), gpm.source if gpm else None,
+            id="job-gpm-sm"),
+        kpi("Tensor activity (mean)", fmt.pct(gpm.tensor_activity_mean_pct if gpm else None),
+            gpm.source if gpm else None, id="job-gpm-tensor"),
     ], className="kpis")
 
 
@@ -191,6 +196,26 @@ def health_section(report: JobReport) -> html.Section:
                          fmt.text(s.likely_cause)] for s in by_gpu],
                        id="job-gpu-stragglers", empty="no straggling GPU found from NVML")
     return section("GPU health (NVML)", body, html.H4("Stragglers from NVML"), stragglers, id="job-health-card")
+
+
+def gpm_section(report: JobReport) -> html.Section:
+    """NVML GPM per GPU (Hopper+): how much of the GPU the job used, where utilization only says a kernel ran;
+    "unknown" for a GPU without GPM (and for reports analyzed before GPM was)."""
+    gpm = report.utilization.gpm
+    if gpm is None:
+        return section("GPU efficiency (NVML GPM)", html.P("unknown: this report was analyzed before GPM was",
+                                                           className="muted", id="job-gpm-none"), id="job-gpm-card")
+    rows = [[g.gpu_uuid, fmt.pct(g.sm_activity_mean_pct), fmt.pct(g.sm_occupancy_mean_pct),
+             fmt.pct(g.tensor_activity_mean_pct), fmt.pct(g.dram_bw_util_mean_pct),
+             f"{fmt.bytes_per_s(g.pcie_tx_mean_bytes_per_s)} / {fmt.bytes_per_s(g.pcie_rx_mean_bytes_per_s)}",
+             f"{fmt.bytes_per_s(g.nvlink_tx_mean_bytes_per_s)} / {fmt.bytes_per_s(g.nvlink_rx_mean_bytes_per_s)}",
+             fmt.count(g.samples), g.source or "unknown (no GPM on this GPU)"] for g in gpm.gpus]
+    note = (f"means over the job's samples; source: {gpm.source}" if gpm.source else
+            "unknown: none of the job's GPUs reports GPM (NVML GPM needs Hopper or later)")
+    return section("GPU efficiency (NVML GPM)", html.P(note, className="muted", id="job-gpm-source"),
+                   table(["GPU", "SM activity", "SM occupancy", "tensor activity", "DRAM bandwidth",
+                          "PCIe tx / rx", "NVLink tx / rx", "samples", "source"], rows, id="job-gpm"),
+                   id="job-gpm-card")
 
 
 def energy_card(report: JobReport) -> html.Section:
@@ -548,7 +573,7 @@ def register_callbacks(app: dash.Dash) -> None:
                              html.Div(recommendations_section(report), className="half")], className="row"),
                    health_section(report),
                    optimization_section(report), framework_section(report), layers_section(report),
-                   gpus_section(report),
+                   gpus_section(report), gpm_section(report),
                    processes_section(report), sources_section(report),
                    downloads_section(job_id, [] if isinstance(traces, ApiError)  # the report links still help
                                      else cast(list[dict[str, Any]], traces))]

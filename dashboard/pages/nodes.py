@@ -1,8 +1,9 @@
-"""Nodes (operators): inventory, health, last seen; node detail with its GPUs and current jobs."""
+"""Nodes (operators): inventory, health, last seen; node detail with its GPUs, their recent NVML GPM means and
+current jobs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 import dash
@@ -10,9 +11,11 @@ from dash import Input, Output, dcc, html
 
 from dashboard import data
 from dashboard import format as fmt
-from dashboard.client import ApiError
+from dashboard.client import ApiError, gather
 from dashboard.components import client_for, error_box, findings_list, job_link, node_link, section, table
 from dashboard.session import AuthStore
+
+GPM_WINDOW_S = 300.0  # the node page's recent window for GPM means
 
 
 def layout(**_: Any) -> html.Div:
@@ -53,8 +56,12 @@ def register_callbacks(app: dash.Dash) -> None:
     def _detail(name: str, auth: AuthStore | None):
         try:
             with client_for(auth) as c:
-                gpus = c.gpus(node=name)
-                running = data.job_list(c.jobs(state="running", limit=1000)).items
+                gpus_doc, gpm_doc, jobs_doc = gather(lambda: c.gpus(node=name), lambda: c.gpu_gpm(name, GPM_WINDOW_S),
+                                                     lambda: c.jobs(state="running", limit=1000))
+                for answer in (gpus_doc, jobs_doc):
+                    if isinstance(answer, ApiError):
+                        raise answer
+                gpus, running = cast("list[dict[str, Any]]", gpus_doc), data.job_list(jobs_doc).items
         except ApiError as exc:
             return error_box(exc)
         if not gpus:
@@ -77,8 +84,28 @@ def register_callbacks(app: dash.Dash) -> None:
                               empty="no GPU needs attention" if checked else "unknown (the API gave no findings)")),
                 section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG device",
                                        "last seen", "uuid"], gpu_rows, id="node-gpus")),
+                gpm_section(gpm_doc),
                 section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,
                                               id="node-jobs", empty="no running job on this node"))]
+
+
+def gpm_section(gpm: Any) -> Any:
+    """The node's GPUs' NVML GPM means over the recent window ("unknown" for a GPU without GPM); a failed call
+    shows as an error in this section only."""
+    if isinstance(gpm, ApiError):
+        return section("GPU efficiency (NVML GPM)", error_box(gpm))
+    rows = [[str(g["index"]), fmt.pct(g.get("sm_activity_mean_pct")), fmt.pct(g.get("sm_occupancy_mean_pct")),
+             fmt.pct(g.get("tensor_activity_mean_pct")), fmt.pct(g.get("dram_bw_util_mean_pct")),
+             f"{fmt.bytes_per_s(g.get('pcie_tx_mean_bytes_per_s'))} / "
+             f"{fmt.bytes_per_s(g.get('pcie_rx_mean_bytes_per_s'))}",
+             f"{fmt.bytes_per_s(g.get('nvlink_tx_mean_bytes_per_s'))} / "
+             f"{fmt.bytes_per_s(g.get('nvlink_rx_mean_bytes_per_s'))}",
+             fmt.count(g.get("samples")), fmt.timestamp(g.get("last_ts")),
+             g.get("source") or "unknown (no GPM samples)", g["uuid"]] for g in gpm]
+    return section(f"GPU efficiency (NVML GPM, means over the last {GPM_WINDOW_S / 60:g} minutes)",
+                   table(["GPU", "SM activity", "SM occupancy", "tensor activity", "DRAM bandwidth", "PCIe tx / rx",
+                          "NVLink tx / rx", "samples", "latest", "source", "uuid"], rows, id="node-gpm",
+                         empty="no GPUs known"))
 
 
 def register_pages() -> None:

@@ -23,14 +23,16 @@ from server.analysis.health.findings import health_section
 from server.analysis.memory import usage as memory
 from server.analysis.time import mfu as mfu_mod
 from server.analysis.time import timing
+from server.analysis.utilization import gpm
 
 log = logging.getLogger(__name__)
 
 # Bump whenever a figure's definition changes: cached reports of older versions are recomputed.
+# 6: utilization.gpm (NVML GPM means, issue #20);
 # 5: health findings, stragglers from NVML alone, MFU (issue 20);
 # 4: framework section, GPU power limits, memory breakdown, fit and allocator advice (issues 17, 18);
 # 3: other jobs' ids no longer in memory.processes (issue 15)
-ANALYZER_VERSION = 5
+ANALYZER_VERSION = 6
 
 
 def job_duration_s(job: JobData, *, now: float) -> float | None:
@@ -45,7 +47,7 @@ def job_duration_s(job: JobData, *, now: float) -> float | None:
 
 
 def _utilization(gpus: list[GpuSeries]) -> UtilizationSection:
-    """Plain sample means over all samples of all the job's GPUs."""
+    """Plain sample means over all samples of all the job's GPUs; GPM means per GPU (`utilization.gpm`)."""
     def pooled(name: str) -> np.ndarray:
         arrs = [g.column(name) for g in gpus]
         a = np.concatenate(arrs) if arrs else np.empty(0)
@@ -57,6 +59,7 @@ def _utilization(gpus: list[GpuSeries]) -> UtilizationSection:
         gpu_p95_pct=float(np.percentile(u, 95)) if u.size else None,
         # NVML utilization.memory: share of time the memory controller was busy (not capacity used).
         memory_mean_pct=float(np.mean(m)) if m.size else None,
+        gpm=gpm.gpm_section(gpus),
     )
 
 
@@ -108,6 +111,7 @@ def characterize_report(job: JobData, *, now: float) -> JobReport:
                                   "remapping, PCIe replay, NVLink error counters")
 
     util = _utilization(job.gpus)
+    sources["utilization.gpm"] = util.gpm.source if util.gpm is not None else None
     sources["utilization.gpu_mean_pct"] = "nvml:gpu_util_pct" if util.gpu_mean_pct is not None else None
     sources["utilization.memory_mean_pct"] = "nvml:mem_util_pct" if util.memory_mean_pct is not None else None
 

@@ -24,7 +24,7 @@ from server.db import epoch_column, float_rows, read_in_parallel
 from server.jobs.framework_info import framework_of
 from server.jobs.plot_series import step_memory_source
 from server.jobs.running_cache import rows_before, running_key, since_last_read
-from server.models import Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, ProcessSample
+from server.models import Gpu, GpuSample, Job, JobEvent, JobGpu, JobStep, LayerStat, Node, ProcessSample
 from server.models.base import from_epoch, to_epoch
 
 
@@ -54,8 +54,7 @@ def load_gpu_series(session: Session, gpu: Gpu, start: datetime, end: datetime,
     # max_sm_clock_mhz / slowdown_temperature_c: GPU facts of issue #20, read when the gpus table has them
     return GpuSeries(uuid=gpu.uuid, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, ts=data[:, 0],
                      columns={c: data[:, i + 1] for i, c in enumerate(columns)}, power_source=gpu.power_source,
-                     max_sm_clock_mhz=getattr(gpu, "max_sm_clock_mhz", None),
-                     slowdown_temperature_c=getattr(gpu, "slowdown_temperature_c", None))
+                     max_sm_clock_mhz=gpu.max_sm_clock_mhz, slowdown_temperature_c=gpu.slowdown_temperature_c)
 
 
 def load_process_peaks(session: Session, gpu: Gpu, start: datetime, end: datetime) -> list[ProcessPeak]:
@@ -167,7 +166,12 @@ def load_job_data(session: Session, job: Job, settings: ServerSettings, *, now: 
              for gpu, start, end in windows]
     process_reads = [read_in_parallel(session, _processes_running, job, gpu, start, end) if incremental else
                      read_in_parallel(session, load_process_peaks, gpu, start, end) for gpu, start, end in windows]
-    gpus = [r.result() for r in reads]
+    # the GPUs' nodes' batch source ("test": the NVML test double), so that figures say where they came from
+    node_ids = list({gpu.node_id for gpu, _, _ in windows})
+    node_source: dict[int, str | None] = dict(session.execute(
+        select(Node.id, Node.last_source).where(Node.id.in_(node_ids))).tuples().all()) if node_ids else {}
+    gpus = [dataclasses.replace(r.result(), sample_source=node_source.get(gpu.node_id))
+            for r, (gpu, _, _) in zip(reads, windows, strict=True)]
     oom = session.scalar(select(func.count()).select_from(JobEvent).where(JobEvent.job_pk == job.id,
                                                                           JobEvent.kind == "oom")) or 0
     return JobData(

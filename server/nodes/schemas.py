@@ -21,6 +21,8 @@ class GpuRead(BaseModel):
     last_seen_at: float | None
     findings: list[HealthFinding] | None = Field(
         default=None, description="health findings over the last hour (GET /gpus?node=N only; null: not computed)")
+    max_sm_clock_mhz: float | None = Field(None, description="nvmlDeviceGetMaxClockInfo(SM)")
+    slowdown_temperature_c: float | None = Field(None, description="NVML temperature threshold SLOWDOWN")
 
 
 class NodeRead(BaseModel):
@@ -34,3 +36,25 @@ class NodeRead(BaseModel):
     dropped_samples_total: int
     clock_skew_s: float | None
     last_seen_at: float | None
+
+
+class GpuGpmRead(BaseModel):
+    """One GPU's NVML GPM metrics over the recent window: means of the samples that carry them (null: unknown,
+    the GPU has no GPM or sent none in the window)."""
+
+    node: str
+    uuid: str
+    index: int
+    window_s: float = Field(description="the window read: the last window_s seconds before the request")
+    samples: int = Field(description="samples in the window with GPM values")
+    last_ts: float | None = Field(description="epoch s of the latest sample with GPM values")
+    source: str | None = Field(description="'NVML GPM', labelled when the data came from the NVML test double or a "
+                                           "replayed recording; null without GPM samples")
+    sm_activity_mean_pct: float | None
+    sm_occupancy_mean_pct: float | None
+    tensor_activity_mean_pct: float | None
+    dram_bw_util_mean_pct: float | None
+    pcie_tx_mean_bytes_per_s: float | None
+    pcie_rx_mean_bytes_per_s: float | None
+    nvlink_tx_mean_bytes_per_s: float | None
+    nvlink_rx_mean_bytes_per_s: float | None

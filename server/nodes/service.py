@@ -11,15 +11,20 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fleetprof.protocol import GpuInfo, NodeInfo
-from server.models import Gpu, Node
-from server.models.base import to_epoch, utcnow
+from fleetprof.report import gpm_source_label
+from server.analysis.utilization.gpm import MEANS as GPM_MEANS  # (field, gpu_samples column), as the report's
+from server.db import epoch_column
+from server.errors import NotFound
+from server.models import Gpu, GpuSample, Node
+from server.models.base import from_epoch, to_epoch, utcnow
 from server.nodes.attention import gpus_needing_attention
-from server.nodes.schemas import GpuRead, NodeRead
+from server.nodes.schemas import GpuGpmRead, GpuRead, NodeRead
 
 
 @dataclass
@@ -66,6 +71,8 @@ def _apply_gpu(gpu: Gpu, info: GpuInfo) -> None:
     gpu.mig_parent_uuid = info.mig_parent_uuid
     gpu.power_source = info.power_source
     gpu.power_limit_w = info.power_limit_w
+    gpu.max_sm_clock_mhz = info.max_sm_clock_mhz
+    gpu.slowdown_temperature_c = info.slowdown_temperature_c
 
 
 class NeedsDatabase(Exception):
@@ -136,7 +143,8 @@ def ensure_gpus(session: Session, *, node: str, uuids: list[str]) -> dict[str, i
 def _gpu_read(gpu: Gpu, node: str) -> GpuRead:
     return GpuRead(node=node, uuid=gpu.uuid, index=gpu.index, name=gpu.name, memory_total_bytes=gpu.memory_total_bytes,
                    pci_bus_id=gpu.pci_bus_id, mig_parent_uuid=gpu.mig_parent_uuid, power_source=gpu.power_source,
-                   power_limit_w=gpu.power_limit_w, healthy=gpu.healthy, last_seen_at=to_epoch(gpu.last_seen_at))
+                   power_limit_w=gpu.power_limit_w, healthy=gpu.healthy, last_seen_at=to_epoch(gpu.last_seen_at),
+                   max_sm_clock_mhz=gpu.max_sm_clock_mhz, slowdown_temperature_c=gpu.slowdown_temperature_c)
 
 
 def list_nodes(session: Session) -> list[NodeRead]:
@@ -158,3 +166,33 @@ def list_gpus(session: Session, *, node: str | None = None) -> list[GpuRead]:
     found = gpus_needing_attention(session, now=time.time(), node=node)
     return [_gpu_read(g, name).model_copy(update={"findings": found.get(g.uuid, [])})
             for g, name in session.execute(stmt.where(Node.name == node))]
+
+
+def gpu_gpm(session: Session, *, node: str, window_s: float, now: float) -> list[GpuGpmRead]:
+    """The GPM means of each of `node`'s GPUs over the last `window_s` seconds (one grouped read; the ts BRIN
+    index narrows it to the window's pages). The window is bounded by the router."""
+    row = session.scalars(select(Node).where(Node.name == node)).first()
+    if row is None:
+        raise NotFound(f"node {node!r} is not known")
+    gpus = list(session.scalars(select(Gpu).where(Gpu.node_id == row.id).order_by(Gpu.index)))
+    t = GpuSample.__table__
+    since = from_epoch(now - window_s)
+    stats: dict[int, Any] = {}
+    if gpus:
+        stmt = (select(t.c.gpu_id, func.count(t.c.gpm_sm_activity_pct), func.max(epoch_column(session, t.c.ts)),
+                       *(func.avg(t.c[col]) for _, col in GPM_MEANS))
+                .where(t.c.gpu_id.in_([g.id for g in gpus]), t.c.ts >= since,
+                       t.c.gpm_sm_activity_pct.is_not(None))
+                .group_by(t.c.gpu_id))
+        stats = {r[0]: r for r in session.execute(stmt)}
+    label = gpm_source_label(row.last_source)
+    out = []
+    for g in gpus:
+        r = stats.get(g.id)
+        means = {name: (None if r is None or r[3 + i] is None else float(r[3 + i]))
+                 for i, (name, _) in enumerate(GPM_MEANS)}
+        out.append(GpuGpmRead(node=node, uuid=g.uuid, index=g.index, window_s=window_s,
+                              samples=0 if r is None else int(r[1]),
+                              last_ts=None if r is None or r[2] is None else float(r[2]),
+                              source=label if r is not None else None, **means))
+    return out

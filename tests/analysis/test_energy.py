@@ -110,7 +110,7 @@ def test_trapezoid_skips_nan_intervals():
 
 
 def test_a_counter_read_every_few_rows_still_gives_the_counters_energy() -> None:
-    """The agent reads the energy counter on every 30th row (it costs ~3 ms of driver CPU per read): the delta
+    """The agent reads the energy counter on every 60th row (it costs ~3 ms of driver CPU per read): the delta
     between two readings is exact and is shared out over the rows between by their power, not replaced by it."""
     import numpy as np
 

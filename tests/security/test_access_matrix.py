@@ -79,6 +79,7 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/fleet/headroom"): Rule(()),
     ("GET", "/api/v1/nodes"): Rule(()),
     ("GET", "/api/v1/gpus"): Rule(()),
+    ("GET", "/api/v1/gpus/gpm"): Rule(()),
 }
 
 # Leaks this matrix knows of, each with an xfail test below that fails the day it is fixed (strict).
@@ -150,6 +151,8 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
     elif template == "/api/v1/rightsizing":  # by recurring job name: the teams' jobs are named by their MARKER
         for team in teams:
             out.append(Call(method, template, params={"name": MARKER[team], "team": team}, job_team=team))
+    elif template == "/api/v1/gpus/gpm":  # a node's GPUs' recent GPM means: operators only
+        out.append(Call(method, template, params={"node": NODE}))
     elif template == "/api/v1/jobs/compare":
         for team in teams:
             out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))

@@ -20,11 +20,14 @@ class GpuSeries:
     name: str | None
     memory_total_bytes: int | None
     ts: np.ndarray  # float64 epoch seconds, sorted
-    columns: dict[str, np.ndarray]  # float64, aligned with ts, NaN = null; keys from SAMPLE_FIELDS
+    # float64, aligned with ts, NaN = null; keys from SAMPLE_FIELDS, among them the GPM (gpm_*) and health counter
+    # columns of issue #20 (all-NaN where the GPU does not report them: `column` fills those never sent)
+    columns: dict[str, np.ndarray]
     power_source: str | None = None  # which NVML field fed power_w
-    # Identity facts from the agent (issue #20; None: not reported): NVML max SM clock and SLOWDOWN threshold.
-    max_sm_clock_mhz: float | None = None
-    slowdown_temperature_c: float | None = None
+    max_sm_clock_mhz: float | None = None  # nvmlDeviceGetMaxClockInfo(SM); None: unknown
+    slowdown_temperature_c: float | None = None  # NVML temperature threshold SLOWDOWN; None: unknown
+    # the batches' source of the GPU's node: "nvml" (live), "test" (the NVML test double), "replay"; None: unknown
+    sample_source: str | None = None
 
     def column(self, name: str) -> np.ndarray:
         """The named column, or all-NaN when the agent never sent it (an unsupported field)."""

@@ -55,7 +55,7 @@ def interval_energy(ts: np.ndarray, energy_counter_j: np.ndarray, power_w: np.nd
     """Energy per sampling interval: from the hardware counter where it brackets the interval, else the trapezoid
     of power.
 
-    The agent reads the counter on some rows only (it costs ~3 ms of driver CPU per GPU: every 30th reading; see
+    The agent reads the counter on some rows only (it costs ~3 ms of driver CPU per GPU: every 60th reading; see
     agent/sampler.py), so a counter delta spans the intervals between two readings. That delta is exact; it is
     shared out over those intervals in proportion to their power trapezoids (by duration where a power reading
     is missing), so each interval's energy adds up to the counter's and is marked as from the counter. A delta

@@ -1,0 +1,59 @@
+"""A job sampled on the NVML test double by the real agent code (NvmlDevices -> Sampler) and shipped as the agent's
+wire JSON: the server, dashboard and browser tests of issue #20's fields share it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from agent.attribution import Attribution
+from agent.devices.fake import FakeNvml
+from agent.devices.nvml import NvmlDevices
+from agent.sampler import Sampler
+
+SM, TENSOR = pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+
+# post(path, json_text or dict, token) -> (status, body)
+Post = Callable[[str, Any, str], tuple[int, Any]]
+
+
+class _NoAttribution:
+    def attribute(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
+        return Attribution(None, None)
+
+    def forget_except(self, pids: set[int]) -> None:
+        pass
+
+
+def sm_ramp(k: int) -> float:
+    """The double's scripted SM activity at reading k (tensor activity: half of it)."""
+    return 20.0 + 10.0 * k
+
+
+def ship_job(post: Post, *, fake: FakeNvml, node: str, agent: str, op: str, job_id: str, t0: float,
+             readings: int, sm_of_reading: Callable[[int], float] = sm_ramp) -> None:
+    """Register `job_id` on the fake node's GPUs, sample them `readings` times 1 s apart from `t0`, ship the batch
+    (labelled source "test", as `fleetprof agent --source fake:N` labels the double's batches) and end the job."""
+    devices = NvmlDevices(fake, xid_events=False)
+    devices.source = "test"
+    clock = iter(t0 + k for k in range(10_000))
+    sampler = Sampler(devices, node=node, agent_id=f"{node}-{job_id}", attributor=_NoAttribution(),  # type: ignore[arg-type]
+                      clock=lambda: next(clock))
+    uuids = [g.uuid for g in fake.gpus]
+    status, body = post("/api/v1/jobs", {"job_id": job_id, "team": "vision", "node": node, "gpu_uuids": uuids,
+                                         "started_at": t0, "state": "running"}, op)
+    assert status in (200, 201), body
+    for k in range(readings):
+        for g in fake.gpus:
+            g.gpm_metrics[SM], g.gpm_metrics[TENSOR] = sm_of_reading(k), sm_of_reading(k) / 2
+        sampler.sample()
+    batch = sampler.make_batch()
+    assert batch is not None
+    status, body = post("/api/v1/ingest/samples", batch.model_dump_json(), agent)
+    assert status == 200 and body["accepted"] == readings * len(uuids), body
+    status, body = post("/api/v1/jobs", {"job_id": job_id, "state": "finished", "ended_at": t0 + readings - 1,
+                                         "exit_code": 0}, op)
+    assert status in (200, 201), body
+    devices.close()
