@@ -2,7 +2,8 @@
 code produced (written once from commit 76a4454, before the report had a type; regenerate only when a figure's
 definition changes on purpose, with ANALYZER_VERSION: version 3 added processes[].whose and no other change; version 4 the power-cap advice names `fleetprof tune power` and lists the runs measured; version 5 added the health
 section, the mfu section, their sources, and time.stragglers.gpus/source, NVML-only stragglers; version 6 added
-utilization.gpm and sources["utilization.gpm"], unknown for these pre-Hopper captures, and no other change)."""
+utilization.gpm and sources["utilization.gpm"], unknown for these pre-Hopper captures, and traces.kineto.per_rank[]
+format and scopes (issue #22), and no other change)."""
 
 from __future__ import annotations
 
