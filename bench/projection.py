@@ -32,6 +32,7 @@ import numpy as np
 
 from bench.report import write_report
 from server.analysis.base.gpu_catalog import find_model
+from server.analysis.projection import project as project_mod
 from server.analysis.projection import shares as shares_mod
 from server.analysis.projection.inputs import kineto_rows
 from server.analysis.projection.project import MeasuredRun, project
@@ -110,7 +111,8 @@ def zeus_runs(folder: Path, *, networks: Iterable[str] | None = None, all_limits
             if limit != default_limit and not all_limits:
                 continue
             t, p = float(r["time_per_epoch"]), float(r["average_power"])
-            run = MeasuredRun(gpu=gpu, step_time_s=t, shares=from_telemetry(None), power_w=p,
+            # telemetry only, the source's own: its mean power (the split), no busy fraction, no trace
+            run = MeasuredRun(gpu=gpu, step_time_s=t, shares=from_telemetry(None, p / gpu.tdp_w), power_w=p,
                               power_limit_w=limit, energy_per_step_j=p * t)
             workload = f"{r['dataset']}/{r['network']}/b{r['batch_size']}/{r['optimizer']}"
             out.append(Measured(workload, r["network"], run, p * t, limit / default_limit))
@@ -179,18 +181,73 @@ def by_gpu_pair(results: Sequence[PairResult]) -> dict[str, dict[str, Any]]:
     return {f"{s}->{t}": summarize([r for r in results if (r.source, r.target) == (s, t)]) for s, t in keys}
 
 
-def share_sweep(runs: Sequence[Measured], values: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0)) -> dict[str, Any]:
-    """The telemetry's compute-bound share against the calibration models' pairs only (not the held-out ones)."""
+def _with_split(runs: Sequence[Measured], prior: float, weight: float) -> list[Measured]:
+    return [replace(m, run=replace(m.run, shares=from_telemetry(
+        None, m.run.power_w / m.run.gpu.tdp_w if m.run.power_w is not None else None, prior=prior, weight=weight)))
+        for m in runs]
+
+
+SPLIT_PRIORS = (0.0, 0.25, 0.5, 0.75, 1.0)
+SPLIT_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def split_grid(runs: Sequence[Measured]) -> dict[str, Any]:
+    """The telemetry split's constants (prior compute-bound share, weight of the power signal) against the
+    calibration models' pairs only; `chosen`: the lowest median time error (ties: the smaller weight, then the prior
+    nearer 0.5). The product's frozen constants (shares.py) must equal `chosen`."""
+    calibration = [m for m in runs if m.network in CALIBRATION_MODELS]
+    grid: dict[str, Any] = {}
+    best: tuple[float, float, float, float] | None = None
+    for prior in SPLIT_PRIORS:
+        for weight in SPLIT_WEIGHTS:
+            s = summarize(project_pairs(_with_split(calibration, prior, weight)))
+            grid[f"prior_{prior:g}_weight_{weight:g}"] = s
+            key = (round(s["median_time_error_pct"], 6), weight, abs(prior - 0.5), prior)
+            best = key if best is None or key < best else best
+    assert best is not None
+    chosen = {"prior_share_ratio": best[3], "power_signal_weight_ratio": best[1]}
+    frozen = {"prior_share_ratio": shares_mod.DEFAULT_COMPUTE_BOUND_SHARE,
+              "power_signal_weight_ratio": shares_mod.POWER_SIGNAL_WEIGHT}
+    return {"grid": grid, "chosen": chosen, "frozen": frozen, "frozen_matches_chosen_ok": chosen == frozen}
+
+
+def band_calibration(results: Sequence[PairResult]) -> dict[str, Any]:
+    """The telemetry band's half-width: the TELEMETRY_BAND_QUANTILE quantile of |log(projected / measured)| of the
+    step time over the calibration models' pairs; the frozen constant (project.py) must equal it (3 decimals)."""
+    calibration = [abs(math.log(r.projected_s / r.measured_s)) for r in results if r.network in CALIBRATION_MODELS]
+    q = float(np.quantile(calibration, project_mod.TELEMETRY_BAND_QUANTILE))
+    frozen = project_mod.TELEMETRY_BAND_LOG_HALFWIDTH
+    return {"quantile_ratio": project_mod.TELEMETRY_BAND_QUANTILE, "pairs_count": len(calibration),
+            "log_halfwidth_measured_ratio": q, "log_halfwidth_frozen_ratio": frozen,
+            "band_factor_frozen_ratio": math.exp(frozen),
+            "frozen_matches_measured_ok": abs(q - frozen) < 5e-4}
+
+
+def sweep_signal(runs: Sequence[Measured], folder: Path,
+                 scales: Sequence[float] = (0.25, 0.5, 0.75, 1.0)) -> dict[str, Any]:
+    """The alternative signal, on the calibration models only (not in the product): the source's own power-limit
+    sweep, the elasticity e = -dlog(time)/dlog(limit) (a fitted slope over the limits it measured); compute-bound
+    share = scale x clip(e, 0, 1)."""
+    points: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for key, name in ZEUS_GPUS.items():
+        with (folder / f"summary_power_{key}.csv").open() as f:
+            for r in csv.DictReader(f):
+                if r["network"] in CALIBRATION_MODELS:
+                    w = f"{r['dataset']}/{r['network']}/b{r['batch_size']}/{r['optimizer']}"
+                    points.setdefault((name, w), []).append((float(r["power_limit"]), float(r["time_per_epoch"])))
+
+    def elasticity(m: Measured) -> float:
+        pts = points[(m.run.gpu.name, m.workload)]
+        if len(pts) < 2:
+            return 0.0
+        return float(-np.polyfit(np.log([p[0] for p in pts]), np.log([p[1] for p in pts]), 1)[0])
+
     calibration = [m for m in runs if m.network in CALIBRATION_MODELS]
     out: dict[str, Any] = {}
-    default = shares_mod.DEFAULT_COMPUTE_BOUND_SHARE
-    try:
-        for v in values:
-            shares_mod.DEFAULT_COMPUTE_BOUND_SHARE = v
-            swept = [replace(m, run=replace(m.run, shares=from_telemetry(None))) for m in calibration]
-            out[f"share_{v:g}"] = summarize(project_pairs(swept))
-    finally:
-        shares_mod.DEFAULT_COMPUTE_BOUND_SHARE = default
+    for scale in scales:
+        swept = [replace(m, run=replace(m.run, shares=from_telemetry(
+            None, None, prior=scale * min(1.0, max(0.0, elasticity(m))), weight=0.0))) for m in calibration]
+        out[f"scale_{scale:g}"] = summarize(project_pairs(swept))
     return out
 
 
@@ -240,8 +297,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_cap = {f"source at {lo:.0%}-{hi:.0%} of its limit": summarize(
         [r for r in capped if lo <= r.source_limit_fraction < hi]) for lo, hi in ((0.8, 1.0), (0.6, 0.8), (0.0, 0.6))}
     _print_table("Zeus, source run under a lower power limit -> target at its default (not modelled)", by_cap)
-    sweep = share_sweep(runs)
-    _print_table("Telemetry compute-bound share, calibration models only", sweep)
+    grid = split_grid(runs)
+    _print_table("Telemetry split (prior compute-bound share, power-signal weight), calibration models only",
+                 grid["grid"])
+    print(f"chosen on calibration: {grid['chosen']}; frozen in shares.py: {grid['frozen']}")
+    band = band_calibration(results)
+    print(f"telemetry band: {band['quantile_ratio']:.0%} quantile of |log error| on {band['pairs_count']} "
+          f"calibration pairs = {band['log_halfwidth_measured_ratio']:.4f}; frozen in project.py: "
+          f"{band['log_halfwidth_frozen_ratio']:.4f} (x/÷{band['band_factor_frozen_ratio']:.3f})")
+    sweep = sweep_signal(runs, DATA / "energy" / "zeus-nsdi23")
+    _print_table("Alternative signal: the source's power-limit sweep (not in the product), calibration models only",
+                 sweep)
     oracle = pair_correction_heldout(results)
     print(f"\nA per-GPU-pair correction fitted on the calibration models, on the held-out ones: median |t err| "
           f"{_fmt(oracle['median_time_error_pct'])} % over {oracle['pairs_count']} pairs (not in the product)")
@@ -252,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{100 * r.time_error:+.1f} %  covered {r.covered}")
     figures: dict[str, Any] = {
         "overall": overall, "per_gpu_pair": by_gpu_pair(results), "per_model": per_model,
-        "telemetry_share_sweep_calibration": sweep, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
+        "telemetry_split_grid_calibration": grid, "telemetry_band_calibration": band,
+        "power_limit_sweep_signal_calibration": sweep, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
         "trace_pair": {f"{r.source}->{r.target}": {"measured_s": r.measured_s, "projected_s": r.projected_s,
                                                    "low_s": r.low_s, "high_s": r.high_s,
                                                    "time_error_fraction": r.time_error, "covered_ok": r.covered}

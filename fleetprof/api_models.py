@@ -438,6 +438,11 @@ class ProjectionOut(BaseModel):
     categories: list[ProjectedCategory]
     band_rule: str = Field(description="how the band was built (and where its coverage is measured)")
     notes: list[str]
+    band_source: str | None = Field(default=None, description="'calibrated: ...' (telemetry basis: a quantile of "
+                                    "the calibration pairs' |log error|) or 'structural: ...' (kineto basis)")
+    split_source: str | None = Field(default=None, description="where the compute-/memory-bound split of the busy "
+                                     "time came from (kernel names, or the source run's power against the power "
+                                     "rule, or the prior)")
 
 
 class CandidateGpu(BaseModel):
