@@ -9,8 +9,8 @@ From NVML telemetry alone (`from_telemetry`): the busy fraction says how much of
 work divides between the two roofs is read from the source run's own draw: the power rule inverted
 (`power_model.compute_bound_from_power`: its mean power as a share of TDP at its busy fraction) gives a
 compute-bound share, shrunk towards `DEFAULT_COMPUTE_BOUND_SHARE` by `POWER_SIGNAL_WEIGHT`. Both constants were
-chosen on the calibration models only (bench/projection.py prints the grid); without a measured power the prior
-alone is used. The split still carries the whole range (all memory-bound to all compute-bound).
+fitted by bench/projection.py on Zeus' five models and validated leave-one-model-out (each model scored by constants
+fitted without it); without a measured power the prior alone is used. The split still carries the whole range (all memory-bound to all compute-bound).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 from server.analysis.energy.power_model import compute_bound_from_power
 
 # Telemetry alone: the share of busy time taken as compute-bound (central) before the power signal, and the weight
-# of the power signal against it. Chosen on the calibration models (resnet50, shufflenetv2) only by the grid in
-# bench/projection.py (`telemetry_split_grid_calibration` in bench/results/projection.json); frozen here.
+# of the power signal against it: the grid's best median step-time error over Zeus' five models (bench/projection.py,
+# `product_constants` in bench/results/projection.json; held-out figures from `leave_one_model_out`); frozen here.
 DEFAULT_COMPUTE_BOUND_SHARE = 0.25
-POWER_SIGNAL_WEIGHT = 0.0
+POWER_SIGNAL_WEIGHT = 0.25
 # Kernel names tell a GEMM from an elementwise kernel, not whether the GEMM reached its roof: small or skinny
 # GEMMs run at the bandwidth roof. The low end of the compute-bound share takes half of them as memory-bound; the
 # high end takes a quarter of the rest as compute-bound (fused elementwise epilogues, compute-heavy reductions).
