@@ -32,6 +32,7 @@ def test_imported_trace_job_projects_onto_the_other_gpu_with_a_band(api, make_to
     p = r.json()
     assert p["job_id"] == "dlrm-a100" and p["source_gpu"] == "A100-40GB" and p["target_gpu"] == "V100-16GB"
     assert p["basis"] == "kineto"
+    assert p["band_source"].startswith("structural") and p["split_source"] == "kineto kernel names"
     step = p["step_time_s"]
     assert step["low"] < step["central"] < step["high"]
     # the other trace of the pair measured the V100: the band covers it and the value is within 20 %
