@@ -10,7 +10,9 @@ work divides between the two roofs is read from the source run's own draw: the p
 (`power_model.compute_bound_from_power`: its mean power as a share of TDP at its busy fraction) gives a
 compute-bound share, shrunk towards `DEFAULT_COMPUTE_BOUND_SHARE` by `POWER_SIGNAL_WEIGHT`. Both constants were
 fitted by bench/projection.py on Zeus' five models and validated leave-one-model-out (each model scored by constants
-fitted without it); without a measured power the prior alone is used. The split still carries the whole range (all memory-bound to all compute-bound).
+fitted without it); without a measured power the prior alone is used. The compute-bound share's range still runs
+from all memory-bound to all compute-bound (the kineto basis' band uses it; the telemetry band is calibrated,
+`project.TELEMETRY_BAND_LOG_HALFWIDTH`).
 """
 
 from __future__ import annotations
