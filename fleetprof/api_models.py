@@ -422,7 +422,7 @@ class ProjectionOut(BaseModel):
     source_gpu: str = Field(description="catalogue name of the GPU the job ran on")
     target_gpu: str = Field(description="catalogue name of the GPU projected onto")
     basis: Literal["kineto", "telemetry"] = Field(description="kineto: per-category split from a trace; telemetry: "
-                                                  "NVML busy fraction only")
+                                                  "NVML busy fraction and the run's mean power only")
     measured_step_time_s: float
     step_time_s: Band = Field(description="projected step time on the target (s)")
     step_time_ratio: Band = Field(description="projected / measured step time")
