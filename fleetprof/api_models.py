@@ -422,7 +422,7 @@ class ProjectionOut(BaseModel):
     source_gpu: str = Field(description="catalogue name of the GPU the job ran on")
     target_gpu: str = Field(description="catalogue name of the GPU projected onto")
     basis: Literal["kineto", "telemetry"] = Field(description="kineto: per-category split from a trace; telemetry: "
-                                                  "NVML busy fraction only")
+                                                  "NVML busy fraction and the run's mean power only")
     measured_step_time_s: float
     step_time_s: Band = Field(description="projected step time on the target (s)")
     step_time_ratio: Band = Field(description="projected / measured step time")
@@ -438,6 +438,11 @@ class ProjectionOut(BaseModel):
     categories: list[ProjectedCategory]
     band_rule: str = Field(description="how the band was built (and where its coverage is measured)")
     notes: list[str]
+    band_source: str | None = Field(default=None, description="'calibrated: ...' (telemetry basis: a quantile of "
+                                    "the calibration pairs' |log error|) or 'structural: ...' (kineto basis)")
+    split_source: str | None = Field(default=None, description="where the compute-/memory-bound split of the busy "
+                                     "time came from (kernel names, or the source run's power against the power "
+                                     "rule, or the prior)")
 
 
 class CandidateGpu(BaseModel):

@@ -50,6 +50,8 @@ def format_table(p: ProjectionOut) -> str:
     lines += [f"  {c.category:14} {100 * c.measured_fraction:5.1f} %  x{c.ratio:.2f} "
               f"[{c.ratio_low:.2f}-{c.ratio_high:.2f}]  {c.rule}" for c in p.categories]
     lines += [f"memory: {c}" for c in m.changes]
+    if p.split_source is not None:
+        lines.append(f"split: {p.split_source}")
     lines += [f"band: {p.band_rule}"] + [f"note: {n}" for n in p.notes]
     return "\n".join(lines) + "\n"
 

@@ -151,3 +151,67 @@ def test_rightsizing_lists_each_other_gpu_with_its_band_cheapest_first() -> None
     assert [c.cost_per_step_ratio.central for c in priced] == sorted(c.cost_per_step_ratio.central for c in priced)
     no_step = rightsize([{**run, "step_time_s": None}])
     assert no_step["projections"] == [] and "step time" in no_step["projection_unavailable"]
+
+
+@pytest.mark.parametrize("busy", [1.0, 0.6])
+@pytest.mark.parametrize("cb", [0.0, 0.3, 0.8, 1.0])
+def test_power_rule_inverted_gives_back_the_compute_share(cb: float, busy: float) -> None:
+    from server.analysis.energy.power_model import compute_bound_from_power
+
+    assert compute_bound_from_power(power_fraction(cb, busy), busy) == pytest.approx(cb)
+
+
+def test_power_rule_inverted_clips_and_knows_when_it_cannot_tell() -> None:
+    from server.analysis.energy.power_model import compute_bound_from_power
+
+    assert compute_bound_from_power(1.2) == 1.0  # above the rule's GEMM-bound draw
+    assert compute_bound_from_power(0.3) == 0.0  # below its memory-bound draw at full busy
+    assert compute_bound_from_power(0.5, busy_fraction=0.0) is None  # never busy: the draw says nothing
+
+
+def test_telemetry_split_follows_the_source_power() -> None:
+    from server.analysis.projection import shares as shares_mod
+
+    cool, hot, unknown = from_telemetry(1.0, 0.5), from_telemetry(1.0, 0.85), from_telemetry(1.0, None)
+    assert cool.compute_bound < unknown.compute_bound < hot.compute_bound  # 0.5 of TDP reads memory-bound
+    assert unknown.compute_bound == pytest.approx(shares_mod.DEFAULT_COMPUTE_BOUND_SHARE)
+    assert "power rule" in hot.split_source and "prior" in unknown.split_source
+    w = shares_mod.POWER_SIGNAL_WEIGHT
+    assert hot.compute_bound == pytest.approx((1 - w) * shares_mod.DEFAULT_COMPUTE_BOUND_SHARE + w * 1.0)
+    # the busy fraction scales the split: the share is of the busy time, the rest of the step is idle
+    half = from_telemetry(0.5, power_fraction(1.0, 0.5))
+    assert half.compute_bound == pytest.approx(0.5 * hot.compute_bound) and half.idle == pytest.approx(0.5)
+    assert from_telemetry(1.0, 0.85, prior=0.5, weight=0.0).compute_bound == pytest.approx(0.5)
+
+
+def test_telemetry_band_is_the_calibrated_factor_and_says_so() -> None:
+    import math
+
+    from server.analysis.projection.project import TELEMETRY_BAND_LOG_HALFWIDTH
+
+    p = project(MeasuredRun(gpu=V100, step_time_s=1.0, shares=from_telemetry(0.9, 0.7), power_w=210.0), H100)
+    factor = math.exp(TELEMETRY_BAND_LOG_HALFWIDTH)
+    assert p.step_time_s.high == pytest.approx(p.step_time_s.central * factor)
+    assert p.step_time_s.low == pytest.approx(p.step_time_s.central / factor)
+    assert p.band_source is not None and p.band_source.startswith("calibrated")
+    assert p.split_source is not None and "power rule" in p.split_source
+    wider = project(MeasuredRun(gpu=V100, step_time_s=1.0, shares=from_telemetry(0.9, 0.7)), H100,
+                    telemetry_band_log_halfwidth=2 * TELEMETRY_BAND_LOG_HALFWIDTH)
+    assert wider.step_time_s.high == pytest.approx(wider.step_time_s.central * factor**2)
+    kineto = project(MeasuredRun(gpu=V100, step_time_s=1.0, shares=_shares(cb=0.5, mb=0.5)), H100)
+    assert kineto.band_source is not None and kineto.band_source.startswith("structural")
+    assert kineto.split_source == "kineto kernel names"
+
+
+def test_report_power_moves_the_telemetry_split() -> None:
+    def report(power: float | None) -> dict[str, object]:
+        return {"gpus": [{"name": "NVIDIA L40S", "mean_power_w": power}], "time": {"step_time_s": {"mean": 0.5}},
+                "utilization": {"gpu_mean_pct": 100}}
+
+    hot, cool, unknown = (measured_from_report(report(p)).shares for p in (330.0, 150.0, None))
+    assert cool.compute_bound < unknown.compute_bound < hot.compute_bound
+    onto = [project(measured_from_report(report(p)), H100).step_time_s.central for p in (330.0, 150.0)]
+    assert onto[0] != pytest.approx(onto[1])  # the source's draw changes the projection
+    inputs_hot = measured_from_inputs({"gpu_name": "NVIDIA L40S", "step_time_s": 0.5, "gpu_util_mean_pct": 100,
+                                       "energy_per_step_j": 165.0})
+    assert inputs_hot.shares.compute_bound == pytest.approx(hot.compute_bound)  # 165 J / 0.5 s = 330 W

@@ -31,3 +31,18 @@ def test_trace_pair_cross_projections_land_in_their_bands() -> None:
     assert all(r.covered for r in results)
     assert all(abs(r.time_error) < 0.2 for r in results)
     assert summarize([])["median_time_error_pct"] is None
+
+
+def test_frozen_telemetry_constants_are_the_fit_and_folds_never_see_their_model() -> None:
+    from bench.projection import PRODUCT_FIT_MODELS, frozen_check, leave_one_model_out
+
+    runs = zeus_runs(DATA / "energy" / "zeus-nsdi23")
+    check = frozen_check(runs)
+    assert check["frozen_matches_fit_ok"], check["fitted"]  # a constant changed by hand fails here
+    assert {m.network for m in runs} == PRODUCT_FIT_MODELS
+    lomo = leave_one_model_out([m for m in runs if m.network in {"resnet50", "shufflenetv2", "ncf"}])
+    for held, f in lomo["per_held_out_model"].items():
+        assert held not in f["fit_models"] and len(f["fit_models"]) == 2
+        assert f["band_log_halfwidth_ratio"] > 0
+    assert lomo["pooled_held_out"]["pairs_count"] == sum(f["held_out"]["pairs_count"]
+                                                         for f in lomo["per_held_out_model"].values())

@@ -32,6 +32,7 @@ def test_imported_trace_job_projects_onto_the_other_gpu_with_a_band(api, make_to
     p = r.json()
     assert p["job_id"] == "dlrm-a100" and p["source_gpu"] == "A100-40GB" and p["target_gpu"] == "V100-16GB"
     assert p["basis"] == "kineto"
+    assert p["band_source"].startswith("structural") and p["split_source"] == "kineto kernel names"
     step = p["step_time_s"]
     assert step["low"] < step["central"] < step["high"]
     # the other trace of the pair measured the V100: the band covers it and the value is within 20 %
@@ -86,3 +87,35 @@ def test_cli_imports_a_trace_and_prints_its_projection(cli_env, live_server, mak
     assert bad.returncode != 0 and "A100-40GB" in bad.stderr
     assert httpx.get(f"{live_server}/api/v1/jobs/dlrm-cli/projection", params={"gpu": "T4"},
                      headers=auth(env["FLEETPROF_TOKEN"])).status_code == 200
+
+
+def test_telemetry_job_split_follows_its_measured_power(api, make_token):
+    """Two jobs built through ingest (synthetic samples and hook steps, not NVML) on an L40S, the same steps, one
+    drawing 330 W, one 150 W: the telemetry basis reads the split from each job's own draw and the band is the
+    calibrated factor."""
+    import math
+    import time
+
+    from server.analysis.projection.project import TELEMETRY_BAND_LOG_HALFWIDTH
+    from tests.server.test_compare import _run
+
+    op, team = make_token("operator"), make_token("team", team="vision")
+    t0 = time.time() - 3600
+    for job, power in (("l40s-hot", 330.0), ("l40s-cool", 150.0)):
+        _run(api, op=op, writer=team, agent=make_token("agent", node=f"node-{job}"), job_id=job, team="vision",
+             node=f"node-{job}", gpu_name="NVIDIA L40S", batch=32, wall_s=0.5, power_w=power, mem_gib=20.0,
+             t0=t0, steps=40)
+    got = {}
+    for job in ("l40s-hot", "l40s-cool"):
+        r = api.get(f"/api/v1/jobs/{job}/projection", params={"gpu": "H100-80GB"}, headers=auth(team))
+        assert r.status_code == 200, r.text
+        got[job] = r.json()
+    for p in got.values():
+        assert p["basis"] == "telemetry" and p["band_source"].startswith("calibrated")
+        assert "power rule" in p["split_source"]
+        step = p["step_time_s"]
+        assert step["high"] == pytest.approx(step["central"] * math.exp(TELEMETRY_BAND_LOG_HALFWIDTH))
+    shares = {job: next(c["measured_fraction"] for c in p["categories"] if c["category"] == "compute_bound")
+              for job, p in got.items()}
+    assert shares["l40s-hot"] > shares["l40s-cool"]
+    assert got["l40s-hot"]["step_time_ratio"]["central"] != pytest.approx(got["l40s-cool"]["step_time_ratio"]["central"])

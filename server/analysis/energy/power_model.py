@@ -21,3 +21,14 @@ def power_fraction(compute_bound_fraction: float, busy_fraction: float = 1.0,
     spread = BUSY_COMPUTE_BOUND_FRACTION - BUSY_MEMORY_BOUND_FRACTION
     busy = BUSY_MEMORY_BOUND_FRACTION + spread * compute_bound_fraction
     return waiting_fraction + busy_fraction * (busy - waiting_fraction)
+
+
+def compute_bound_from_power(power_fraction_of_tdp: float, busy_fraction: float = 1.0,
+                             waiting_fraction: float = WAITING_POWER_FRACTION) -> float | None:
+    """The inverse of `power_fraction`: the compute-bound share of the busy time a measured draw (a share of TDP)
+    implies at this busy fraction, clipped to [0, 1]; None when the GPU is (almost) never busy."""
+    if busy_fraction <= 0.05:
+        return None
+    busy = waiting_fraction + (power_fraction_of_tdp - waiting_fraction) / busy_fraction
+    spread = BUSY_COMPUTE_BOUND_FRACTION - BUSY_MEMORY_BOUND_FRACTION
+    return min(1.0, max(0.0, (busy - BUSY_MEMORY_BOUND_FRACTION) / spread))

@@ -53,7 +53,8 @@ def _mean_shares(shares: list[StepShares]) -> StepShares:
     def avg(name: str) -> float:
         return float(np.mean([getattr(s, name) for s in shares]))
     return StepShares(**{k: avg(k) for k in ("compute_bound", "memory_bound", "communication", "idle",
-                                             "compute_bound_low", "compute_bound_high")}, basis=shares[0].basis)
+                                             "compute_bound_low", "compute_bound_high")}, basis=shares[0].basis,
+                      split_source=shares[0].split_source)
 
 
 def _gpu(name: str | None, catalog: tuple[GpuModel, ...] | None) -> GpuModel:
@@ -98,7 +99,8 @@ def measured_from_report(report: Mapping[str, Any], *, kineto_summaries: Sequenc
             busy = util / 100.0 if util is not None else None
         if busy is None:
             notes.append("no trace and no GPU utilization: the GPU is taken as busy the whole step")
-        shares = from_telemetry(busy)
+        power = _mean([g.get("mean_power_w") for g in gpus])
+        shares = from_telemetry(busy, power / gpu.tdp_w if power is not None else None)
     memory = report.get("memory") or {}
     energy = report.get("energy") or {}
     framework = report.get("framework") or {}
@@ -122,8 +124,10 @@ def measured_from_inputs(inputs: Mapping[str, Any], *,
     count = int(inputs.get("gpu_count") or 1)
     per_step = inputs.get("energy_per_step_j")
     power = per_step / step_s / count if per_step is not None else None
+    shares = from_telemetry(util / 100.0 if util is not None else None,
+                            power / gpu.tdp_w if power is not None else None)
     return MeasuredRun(
-        gpu=gpu, step_time_s=float(step_s), shares=from_telemetry(util / 100.0 if util is not None else None),
+        gpu=gpu, step_time_s=float(step_s), shares=shares,
         precision=inputs.get("precision"), power_w=power, power_limit_w=inputs.get("power_limit_w"),
         energy_per_step_j=per_step, gpu_count=count, peak_allocated_bytes=None,
         peak_reserved_bytes=inputs.get("peak_reserved_bytes"), peak_used_bytes=inputs.get("peak_used_bytes"),

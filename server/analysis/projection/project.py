@@ -7,9 +7,12 @@ band's ends and 1 at the centre (the interconnect is not in the catalogue), idle
 all: the same host feeds the target. What the run achieved (its time per category, its power against the power
 model) is the calibration: the projection moves each part of the measurement, it never starts from peak figures.
 
-The band: the ends of the compute-bound share's range and of the communication ratio (the structural band),
-widened by `MODEL_ERROR_FRACTION` either way for what datasheet ratios miss (architectures reach different
-fractions of their peaks). `bench/projection.py` measures how often the band covers real measurements.
+The band, from a trace (kineto basis): the ends of the compute-bound share's range and of the communication ratio
+(the structural band), widened by `MODEL_ERROR_FRACTION` either way for what datasheet ratios miss (architectures
+reach different fractions of their peaks). From telemetry alone: calibrated, the central ratio times
+exp(+-`TELEMETRY_BAND_LOG_HALFWIDTH`), the `TELEMETRY_BAND_QUANTILE` quantile of |log(projected / measured)| over
+the fit models' pairs (bench/projection.py measures it there and reports coverage on models held out of the fit).
+The answer's `band_source` says which.
 
 Power: the power rule (`server.analysis.energy.power_model`) gives the share of TDP for the step's mix on each
 GPU; a measured mean power calibrates it (measured / modelled on the source, applied to the target's model).
@@ -18,6 +21,7 @@ Energy per step = power x time, its band the product of the ends.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -29,6 +33,11 @@ from server.analysis.projection.shares import StepShares
 # What datasheet ratios miss, either way (a factor 1.15 on the structural band's ends). Set a priori at the
 # validation target's size (15 %), not fitted: bench/projection.py reports the coverage it gives.
 MODEL_ERROR_FRACTION = 0.15
+# Telemetry basis: the band's half-width in log space (x/÷1.68), the TELEMETRY_BAND_QUANTILE quantile of |log error|
+# of the step time over Zeus' five models' GPU pairs (bench/projection.py, `product_constants`); frozen here. Its
+# coverage on unseen models: `leave_one_model_out` (each model scored by a half-width fitted without it).
+TELEMETRY_BAND_QUANTILE = 0.8
+TELEMETRY_BAND_LOG_HALFWIDTH = 0.5186
 # Band on the power fraction, in shares of the target's TDP: calibrated by a measured power, or the model alone
 # (the estimator's band, server/estimate/service.py).
 POWER_BAND_MEASURED = 0.10
@@ -115,7 +124,8 @@ def _band(central: float, low: float, high: float, lo_clip: float = 0.0, hi_clip
     return Band(central=central, low=low, high=high)
 
 
-def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
+def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth: float | None = None) -> ProjectionOut:
+    """`telemetry_band_log_halfwidth`: the frozen `TELEMETRY_BAND_LOG_HALFWIDTH` unless given (the bench's folds)."""
     s = run.shares
     precision = normalize_precision(run.precision)
     rules = _ratio_rules(run.gpu, target, precision)
@@ -125,7 +135,17 @@ def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
                for cb, comm in product((s.compute_bound_low, s.compute_bound_high),
                                        (rules["communication"][1], rules["communication"][2]))]
     err = 1.0 + MODEL_ERROR_FRACTION
-    ratio = _band(central, min(corners) / err, max(corners) * err)
+    if s.basis == "telemetry":
+        spread = math.exp(TELEMETRY_BAND_LOG_HALFWIDTH if telemetry_band_log_halfwidth is None
+                          else telemetry_band_log_halfwidth)
+        ratio = _band(central, central / spread, central * spread)
+        band_source = (f"calibrated: x/÷{spread:.2f}, the {TELEMETRY_BAND_QUANTILE:.0%} quantile of |log error| of "
+                       "the step time over measured GPU pairs (Zeus NSDI'23, 5 models, 4 GPUs; bench/projection.py, "
+                       "which reports its coverage on models held out of the fit)")
+    else:
+        ratio = _band(central, min(corners) / err, max(corners) * err)
+        band_source = (f"structural: the compute-bound share's range and the communication ratio's ends, "
+                       f"x{err:g} for what datasheet ratios miss (set a priori)")
     t = run.step_time_s
     step = Band(central=t * ratio.central, low=t * ratio.low, high=t * ratio.high)
     notes = list(run.notes)
@@ -162,7 +182,9 @@ def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
                                           "ratio_low": lo, "ratio_high": hi, "rule": rule})
         for name, (c, lo, hi, rule) in rules.items()
     ]
-    band_rule = (f"the compute-bound share's range ({s.compute_bound_low:.2f}-{s.compute_bound_high:.2f} of the "
+    band_rule = (f"{band_source}; coverage on held-out models measured by bench/projection.py"
+                 if s.basis == "telemetry" else
+                 f"the compute-bound share's range ({s.compute_bound_low:.2f}-{s.compute_bound_high:.2f} of the "
                  f"step) and the communication ratio's ends, widened x{err:g} for what datasheet ratios miss; "
                  "coverage measured by bench/projection.py")
     return ProjectionOut(
@@ -171,7 +193,8 @@ def project(run: MeasuredRun, target: GpuModel) -> ProjectionOut:
         measured_power_w=run.power_w, power_w=power, power_source=power_source,
         measured_energy_per_step_j=run.energy_per_step_j, energy_per_step_j=energy,
         cost_per_step_usd=cost_band, measured_cost_per_step_usd=cost(run.gpu, t),
-        memory=project_memory(run, target), categories=categories, band_rule=band_rule, notes=notes)
+        memory=project_memory(run, target), categories=categories, band_rule=band_rule, notes=notes,
+        band_source=band_source, split_source=s.split_source)
 
 
 def project_memory(run: MeasuredRun, target: GpuModel) -> ProjectedMemory:
