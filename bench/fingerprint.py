@@ -56,7 +56,7 @@ def main() -> None:
         ms = statistics.median(times) * 1e3
         print(f"{name:<24}{fp.module_count:>9}{params:>16,}{ms:>31.2f}")
         figures[name] = {"module_count": fp.module_count, "parameter_count": params, "fingerprint_ms": ms}
-    path = write_report("fingerprint", figures)
+    path = write_report(__file__, figures)
     print(f"figures: {path}")
 
 

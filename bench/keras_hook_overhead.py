@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, c0, c1, w0, w1, pct in rows:
         print(f"{name:6} {c0:11.1f} {c1:10.1f} {w0:12.1f} {w1:11.1f} "
               f"{'unknown' if pct is None else format(pct, '.1f'):>10}")
-    write_report("keras_hook_overhead", {"backend": keras.backend.backend(), "rounds_count": args.rounds,
+    write_report(__file__, {"backend": keras.backend.backend(), "rounds_count": args.rounds,
                                          "steps_per_epoch_count": args.batches, **figures})
     return 0
 

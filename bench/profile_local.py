@@ -65,7 +65,7 @@ def main() -> None:
     print(f"{'figure':<22}{'value':>10}")
     for key, value in figures.items():
         print(f"{key:<22}{value:>10.3f}" if isinstance(value, float) else f"{key:<22}{value!s:>10}")
-    print(f"wrote {write_report('profile_local', figures)}")
+    print(f"wrote {write_report(__file__, figures)}")
 
 
 if __name__ == "__main__":

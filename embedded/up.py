@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,10 @@ from fleetprof.ports import listen
 from fleetprof.recordings import read_recording
 
 log = logging.getLogger("fleetprof.up")
+
+# uvicorn waits this long for open requests on shutdown, then cancels them (so the app's lifespan shutdown, which
+# cancels queued characterizations, always runs)
+GRACEFUL_SHUTDOWN_S = 5
 
 # Real telemetry recorded on a real GPU, replayed when this machine has none: the nvidia-smi capture of an
 # H100 under load (idle row, then gpu_burn + memhogs), shipped in the server.demo package (see its README).
@@ -145,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     base_url = f"http://{args.host}:{args.port}"
 
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port, log_level="warning",
-                                           access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
+                                           access_log=False, timeout_keep_alive=KEEP_ALIVE_S,
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
@@ -204,5 +210,12 @@ def run(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + 15
         for t in [*threads, server_thread]:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in [*threads, server_thread] if t.is_alive()]
+    if left:
+        # The interpreter's exit would wait on the task pool's queued characterizations (executor threads are joined
+        # at exit, and drain their queue first): nothing there is worth keeping a stopped service for, since reports
+        # are recomputed on the next start. Say what was cut short and leave now.
+        print(f"fleetprof stopped (still running after 15 s, cut short: {', '.join(left)})", flush=True)
+        os._exit(0)
     print("fleetprof stopped", flush=True)
     return 0

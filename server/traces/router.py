@@ -112,7 +112,11 @@ def list_traces(job_id: str, principal: JobReaderAuth, session: SessionDep) -> T
     return TraceList(traces=items)
 
 
-DOWNLOAD_CONTENT = {"application/json": {"schema": {"type": "object"}},
+# format=json: a Kineto trace's `traceEvents` document, or a snapshot's `segments` / `device_traces` (memory_viz)
+_DOWNLOAD_JSON = {"type": "object", "properties": {"traceEvents": {"type": "array", "items": {"type": "object"}},
+                                                  "segments": {"type": "array", "items": {"type": "object"}},
+                                                  "device_traces": {"type": "array", "items": {"type": "array"}}}}
+DOWNLOAD_CONTENT = {"application/json": {"schema": _DOWNLOAD_JSON},
                     "application/gzip": {"schema": {"type": "string", "format": "binary"}},
                     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 

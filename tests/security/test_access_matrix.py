@@ -35,6 +35,10 @@ PUBLIC = "public"           # anyone, token or not
 JOB_READ = ("team", "scheduler", "operator")
 
 
+# each team's seeded trace id (the `seeded` fixture fills it; the download route is read through it)
+TRACE_OF: dict[str, int] = {}
+
+
 @dataclass(frozen=True)
 class Rule:
     """Who may call an endpoint. `scopes`: admitted scopes (operator is always admitted unless the route is
@@ -69,6 +73,8 @@ ACCESS: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/jobs/{job_id}/plans/offsets"): Rule(JOB_READ, team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/plans/swap"): Rule(JOB_READ, team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/traces"): Rule(("team", "agent"), team_bound=True, node_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/traces"): Rule(JOB_READ, team_bound=True),
+    ("GET", "/api/v1/jobs/{job_id}/traces/{trace_id}"): Rule(JOB_READ, team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/captures"): Rule(("team",), team_bound=True),
     ("GET", "/api/v1/jobs/{job_id}/captures"): Rule(("team",), team_bound=True),
     ("POST", "/api/v1/jobs/{job_id}/captures/{capture_id}/state"): Rule(("team",), team_bound=True),
@@ -161,13 +167,17 @@ def _calls(method: str, template: str, seq: list[int]) -> list[Call]:
             out.append(Call(method, template, params={"ids": f"{JOB_OF[team]},{RERUN_OF[team]}"}, job_team=team))
         # both teams' jobs share the fingerprint (seeded): each team reads its own runs only
         out.append(Call(method, template, params={"fingerprint": SHARED_FINGERPRINT}))
+    elif template.endswith("/traces/{trace_id}"):  # each team's uploaded trace, read through its own job
+        for team in teams:
+            path = template.replace("{job_id}", JOB_OF[team]).replace("{trace_id}", str(TRACE_OF[team]))
+            out.append(Call(method, path, params={"format": "original"}, job_team=team))
     elif "{job_id}" in template:
-        if template.endswith("/traces"):
+        if method == "POST" and template.endswith("/traces"):
             out.append(Call(method, template.replace("{job_id}", OTHER_NODE_JOB), content=KINETO, job_team="beta",
                             node=OTHER_NODE, params={"filename": "t.json"}))
         for team in teams:
             path = template.replace("{job_id}", JOB_OF[team])
-            if template.endswith("/traces"):
+            if method == "POST" and template.endswith("/traces"):
                 out.append(Call(method, path, content=KINETO, job_team=team, node=NODE, params={"filename": "t.json"}))
             elif (method, template) == ("POST", "/api/v1/jobs/{job_id}/captures"):
                 out.append(Call(method, path, json={"kind": "kineto", "steps": 3}, job_team=team,
@@ -243,6 +253,9 @@ def seeded(api, make_token):
         assert r.status_code == 200, r.text
         r = api.post(f"/api/v1/jobs/{JOB_OF[team]}/traces", content=KINETO, headers=auth(tokens[scope]))
         assert r.status_code == 200, r.text
+        listed = api.get(f"/api/v1/jobs/{JOB_OF[team]}/traces", headers=auth(tokens[scope]))
+        assert listed.status_code == 200, listed.text
+        TRACE_OF[team] = listed.json()["traces"][0]["trace_id"]
         r = api.post("/api/v1/ingest/events", headers=auth(tokens[scope]), json={
             "protocol_version": PROTOCOL_VERSION, "source_id": f"seed-{team}", "seq": 1, "sent_at": now, "events": [
                 {"kind": "framework_info", "job_id": JOB_OF[team], "ts": now - 60, "fingerprint": SHARED_FINGERPRINT,

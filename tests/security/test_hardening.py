@@ -76,8 +76,19 @@ def test_a_pickle_upload_is_refused_never_loaded(api, make_token, server_setting
 
 UNPICKLING = re.compile(r"\b(pickle|cPickle|_pickle|dill|cloudpickle|joblib|shelve|marshal)\b\s*\.\s*(load|loads|"
                         r"Unpickler|open)\b|\btorch\s*\.\s*load\b|\bread_pickle\b|allow_pickle\s*=\s*True|"
-                        r"\byaml\s*\.\s*(unsafe_load|load)\s*\(|^\s*(import|from)\s+(pickle|cPickle|dill|"
-                        r"cloudpickle|shelve|marshal)\b", re.MULTILINE)
+                        r"\byaml\s*\.\s*(unsafe_load|load)\s*\(|^\s*(import|from)\s+(cPickle|_pickle|dill|"
+                        r"cloudpickle|shelve|marshal)\b|^\s*from\s+pickle\s+import\b|^\s*import\s+pickle\s+as\b",
+                        re.MULTILINE)
+# `import pickle` itself is allowed: writing one (the snapshot download as torch's `_dump_snapshot` pickle) runs
+# nothing; every way to read one (`pickle.load*`, `Unpickler`, an aliased or from-import) is caught above.
+
+
+def test_the_unpickling_pattern_catches_what_it_must():
+    for bad in ("pickle.loads(b)", "pickle.load(f)", "x = pickle.Unpickler(f)", "from pickle import loads",
+                "import pickle as p", "import dill", "torch.load(path)", "np.load(f, allow_pickle=True)"):
+        assert UNPICKLING.search(bad), bad
+    for fine in ("import pickle", "pickle.dumps(doc, protocol=4)", "orjson.loads(raw)"):
+        assert not UNPICKLING.search(fine), fine
 
 
 def test_nothing_under_server_unpickles(repo_root):
