@@ -24,8 +24,9 @@ Fingerprint (framework_info, `framework` "jax"): a `@train_step` function's argu
 `update(state, batch)`), read at its first call, when it is a pytree of arrays (a dict of parameters, a flax
 TrainState, (params, opt_state)): `fleetprof.fingerprint.describe_pytree` over its leaves' key paths and shapes,
 no optimizer (an optax update is a function, no class to name); `precision_mode` the dtype holding most of its
-floating-point elements (bf16, fp32...). Batch size and backend do not enter it. Unknown (no fingerprint fields)
-for `fleetprof_step`, for `params_argnum=None`, and when the argument is not a pytree of arrays (a leaf without a
+floating-point elements (bf16, fp32...). Batch size and backend do not enter it. `fleetprof_step(params=...)` hands the
+same tree to the marker. Unknown (no fingerprint fields) for `fleetprof_step` without `params`, for
+`params_argnum=None`, and when the argument is not a pytree of arrays (a leaf without a
 shape, no leaf at all). What the argument holds is the program's choice: a TrainState with an Adam state is another
 tree, hence another id, than the same parameters alone.
 Memory per step: `device_memory.JaxMemory` (XLA's allocator peak since start on an accelerator; the process RSS on
@@ -117,11 +118,14 @@ class JaxProfiler:
 
     # ------------------------------------------------------------------ steps
 
-    def step(self, samples: Any = None, wait: Any = None) -> None:
-        """End a training step (safe to call when disabled); `wait` is waited for first."""
+    def step(self, samples: Any = None, wait: Any = None, params: Any = None) -> None:
+        """End a training step (safe to call when disabled); `wait` is waited for first; `params` (the parameter
+        pytree) is read for the fingerprint at the first step that gives it."""
         if not self.enabled:
             return
         try:
+            if params is not None and not self._tree_read:
+                self._read_tree(params)
             if wait is not None:
                 self.jax.block_until_ready(wait)
             self._boundary(sample_count(samples) if samples is not None else None)
@@ -242,11 +246,11 @@ def _majority_precision(leaves: list[Any]) -> Precision | None:
     return precision_of(autocast_dtype=None, parameter_dtype=max(elements, key=lambda k: elements[k]))
 
 
-def step(samples: Any = None, wait: Any = None) -> None:
+def step(samples: Any = None, wait: Any = None, params: Any = None) -> None:
     """End a JAX training step; a no-op without hooks."""
     prof = _current
     if prof is not None:
-        prof.step(samples, wait)
+        prof.step(samples, wait, params)
 
 
 def install(settings: AgentSettings | None = None, *, transport: Client | None = None) -> JaxProfiler | None:

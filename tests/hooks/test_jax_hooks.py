@@ -48,8 +48,13 @@ def _train_jax_params() -> dict[str, np.ndarray]:
             "w2": np.zeros((1024, 10), "float32"), "b2": np.zeros(10, "float32")}
 
 
-def test_a_jax_step_at_another_batch_size_has_the_same_fingerprint(recorder: Recorder, tmp_path: Path) -> None:
-    run = run_script("train_jax.py", str(tmp_path / "own.json"), "3", "8", server_url=recorder.url, timeout_s=240)
+@pytest.mark.parametrize("mode", ["decorator", "marker"])
+def test_a_jax_step_at_another_batch_size_has_the_same_fingerprint(recorder: Recorder, tmp_path: Path,
+                                                                   mode: str) -> None:
+    """The decorator reads its first argument; the marker the tree it is handed (`params=`)."""
+    run = run_script("train_jax.py", str(tmp_path / "own.json"), "3", "8", *(["marker", "params"] if mode == "marker"
+                                                                             else []),
+                     server_url=recorder.url, timeout_s=240)
     assert run.returncode == 0, run.stderr[-3000:]
     info = recorder.events("framework_info")[-1]
     assert info["batch_size"] == 8
