@@ -169,7 +169,11 @@ class Block:
         if self.local and gpu_uuids:
             self._start_sampler(nvml_source)
         for name in frameworks:
-            prof = self._install_hooks(name)
+            try:
+                prof = self._install_hooks(name)
+            except Exception as exc:  # noqa: BLE001 - one framework's hooks failing leaves the others'
+                log.warning("fleetprof.profile: no %s hooks for the block: %s", name, exc)
+                continue
             if prof is not None:
                 self._profs.append((name, prof))
 
