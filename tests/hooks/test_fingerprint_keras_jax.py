@@ -1,8 +1,10 @@
 """The fingerprint rule (fleetprof/fingerprint.py) over Keras layer trees and JAX parameter pytrees: real Keras 3 on
-the torch and JAX backends (a fresh interpreter each: a process has one Keras backend), real JAX on the CPU."""
+the torch and JAX backends, and TensorFlow's where the `tensorflow` extra is installed (a fresh interpreter each: a
+process has one Keras backend), real JAX on the CPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -37,8 +39,14 @@ def keras_cases() -> dict[str, dict]:
 def test_a_keras_model_has_one_fingerprint_on_the_torch_and_jax_backends(keras_cases: dict[str, dict]) -> None:
     torch_cases, jax_cases = keras_cases["torch"], keras_cases["jax"]
     assert torch_cases == jax_cases  # every case, every field: the trees, the ids, the precisions
+    assert len({c["fingerprint"] for k, c in torch_cases.items() if k != "tree"}) == 4  # not one id for all
     assert all(re.match(FINGERPRINT_PATTERN, c["fingerprint"]) for k, c in torch_cases.items() if k != "tree")
     assert {c["framework"] for k, c in torch_cases.items() if k != "tree"} == {"keras"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="the `tensorflow` extra is not installed")
+def test_and_on_the_tensorflow_backend(keras_cases: dict[str, dict]) -> None:
+    assert _keras_cases("tensorflow") == keras_cases["torch"]
 
 
 def test_what_a_keras_fingerprint_sees_and_what_it_leaves_out(keras_cases: dict[str, dict]) -> None:
