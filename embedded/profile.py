@@ -1,11 +1,11 @@
 """The work behind `fleetprof.profile()` (fleetprof/profiling.py): register the block as a job, install the framework
 hooks for it, and, in local mode, run a collector and an NVML sampler in this process and write the report.
 
-The hooks are those `fleetprof run` installs, for each framework the process has already imported when the block
-starts (none is imported here): PyTorch (`agent.hooks.torch`), Keras 3 on any backend (`agent.hooks.keras`: its
+The hooks are those `fleetprof run` installs, for each framework the process imports (none is imported here): at
+the block's start for those already imported, else right after the program imports one inside the block
+(`embedded.import_watch`): PyTorch (`agent.hooks.torch`), Keras 3 on any backend (`agent.hooks.keras`: its
 `Model.fit` calls count; on the torch backend the PyTorch hooks stand down inside `fit`, as under `fleetprof run`)
-and JAX (`agent.hooks.jax`: its `@train_step` functions and `fleetprof_step` marks count). A framework first
-imported inside the block is not watched.
+and JAX (`agent.hooks.jax`: its `@train_step` functions and `fleetprof_step` marks count).
 
 A composition root (it composes the agent's hooks and sampler with the server), hence here and not in `fleetprof`
 or `agent`. Nothing in it may break the user's block: a failure to profile is logged and the block runs unprofiled;
@@ -27,6 +27,7 @@ from typing import Any
 
 from agent.config import load_settings, node_name
 from agent.run import generate_job_id, gpus_from_cuda_visible_devices
+from embedded.import_watch import ImportWatcher
 from fleetprof.client import ApiError, Client
 from fleetprof.jobid import report_filename
 from fleetprof.profiling import ProfileOptions, ProfileResult
@@ -127,6 +128,8 @@ class Block:
         self._collector: Any = None
         self._agent: tuple[threading.Thread, threading.Event] | None = None
         self._profs: list[tuple[str, Any]] = []  # (framework, its block profiler), in installation order
+        self._profs_lock = threading.Lock()
+        self._watcher: ImportWatcher | None = None
         self._registered = False
         self._job: dict[str, Any] = {}
         try:
@@ -169,12 +172,19 @@ class Block:
         if self.local and gpu_uuids:
             self._start_sampler(nvml_source)
         for name in frameworks:
-            try:
-                prof = self._install_hooks(name)
-            except Exception as exc:  # noqa: BLE001 - one framework's hooks failing leaves the others'
-                log.warning("fleetprof.profile: no %s hooks for the block: %s", name, exc)
-                continue
-            if prof is not None:
+            self._hook(name)
+        if self.options.hooks and self.settings.hooks_level != "off":
+            self._watcher = ImportWatcher([n for n in HOOKED if n not in sys.modules], self._hook).start()
+
+    def _hook(self, name: str) -> None:
+        """Install `name`'s block hooks (at the start, or when the block imports it)."""
+        try:
+            prof = self._install_hooks(name)
+        except Exception as exc:  # noqa: BLE001 - one framework's hooks failing leaves the others'
+            log.warning("fleetprof.profile: no %s hooks for the block: %s", name, exc)
+            return
+        if prof is not None:
+            with self._profs_lock:
                 self._profs.append((name, prof))
 
     def _install_hooks(self, framework: str) -> Any:
@@ -245,7 +255,12 @@ class Block:
         report: dict[str, Any] | None = None
         html: str | None = None
         runs: dict[str, str] = {}
-        hooked: tuple[str, ...] = tuple(name for name, _ in self._profs)
+        if self._watcher is not None:
+            self._watcher.close()
+        with self._profs_lock:
+            hooked: tuple[str, ...] = tuple(sorted(name for name, _ in self._profs))
+        if self._job.get("framework") is None:  # a framework imported inside the block: named at the end
+            self._job["framework"] = _job_framework(list(hooked))
         try:
             self._uninstall_hooks(exc)
             if self._agent is not None:
@@ -283,6 +298,8 @@ class Block:
                              hooks=bool(hooked), hooked=hooked, tracker_runs=runs)
 
     def _stop_services(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
         transport = getattr(self, "transport", None)
         if transport is not None:
             transport.close()

@@ -88,6 +88,21 @@ def test_local_mode_counts_a_keras_fit_and_a_jax_train_step(repo_root: Path, tmp
     assert jfp["parameter_count"] == 12 + 1 and jfp["batch_size"] == 10
 
 
+@pytest.mark.slow
+def test_a_framework_imported_inside_the_block_is_hooked(repo_root: Path, tmp_path: Path) -> None:
+    """A decorated main() that imports Keras (torch backend: Keras imports torch, and jax, on the way) inside the
+    profiled call: the hooks go in as the program imports them, and the fit's batches are counted once."""
+    script = tmp_path / "main.py"
+    shutil.copy(SCRIPTS / "keras_inside.py", script)
+    (result,) = _run(script, ["2", "16"], {**_bare_env(repo_root), "KERAS_BACKEND": "torch"}, cwd=tmp_path)
+    assert result["before"] == []  # nothing imported before the block
+    assert result["counted"] == 8 and {"keras", "torch"} <= set(result["hooked"])
+    report = json.loads(Path(result["json"]).read_text())
+    assert report["time"]["steps"] == result["counted"]  # Keras's steps; the PyTorch hooks stood down in fit
+    assert report["time"]["samples"] == 2 * 60
+    assert report["fingerprint"]["framework"] == "keras" and report["fingerprint"]["fingerprint"] is not None
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_local_report_html_opens_in_a_browser(repo_root: Path, tmp_path: Path) -> None:
