@@ -1,5 +1,11 @@
-"""The work behind `fleetprof.profile()` (fleetprof/profiling.py): register the block as a job, install the PyTorch
+"""The work behind `fleetprof.profile()` (fleetprof/profiling.py): register the block as a job, install the framework
 hooks for it, and, in local mode, run a collector and an NVML sampler in this process and write the report.
+
+The hooks are those `fleetprof run` installs, for each framework the process imports (none is imported here): at
+the block's start for those already imported, else right after the program imports one inside the block
+(`embedded.import_watch`): PyTorch (`agent.hooks.torch`), Keras 3 on any backend (`agent.hooks.keras`: its
+`Model.fit` calls count; on the torch backend the PyTorch hooks stand down inside `fit`, as under `fleetprof run`)
+and JAX (`agent.hooks.jax`: its `@train_step` functions and `fleetprof_step` marks count).
 
 A composition root (it composes the agent's hooks and sampler with the server), hence here and not in `fleetprof`
 or `agent`. Nothing in it may break the user's block: a failure to profile is logged and the block runs unprofiled;
@@ -21,6 +27,7 @@ from typing import Any
 
 from agent.config import load_settings, node_name
 from agent.run import generate_job_id, gpus_from_cuda_visible_devices
+from embedded.import_watch import ImportWatcher
 from fleetprof.client import ApiError, Client
 from fleetprof.jobid import report_filename
 from fleetprof.profiling import ProfileOptions, ProfileResult
@@ -55,9 +62,26 @@ def _user() -> str:
         return "user"
 
 
-def _torch_wanted(options: ProfileOptions) -> bool:
-    """The hooks need torch; a program that has not imported it is not made to (NVML-level profiling only)."""
-    return options.hooks and "torch" in sys.modules
+HOOKED = ("jax", "keras", "torch")  # each with a sender of its own: the order changes nothing they send
+
+
+def _hooked_frameworks(options: ProfileOptions) -> list[str]:
+    """The frameworks whose hooks the block gets: those the process has imported (a program that has imported
+    none is not made to: NVML-level profiling only)."""
+    return [name for name in HOOKED if options.hooks and name in sys.modules]
+
+
+def _job_framework(frameworks: list[str]) -> str | None:
+    """The job's framework as the hooks name it: Keras (which imports torch or jax as its backend) first."""
+    if "keras" in frameworks:
+        keras = sys.modules["keras"]
+        try:
+            return f"keras {keras.__version__} ({keras.backend.backend()} backend)"
+        except Exception:  # noqa: BLE001 - a keras that cannot tell: its hooks' job_start will
+            return None
+    if "torch" in frameworks:
+        return "pytorch"
+    return f"jax {getattr(sys.modules['jax'], '__version__', '')}".strip() if "jax" in frameworks else None
 
 
 def _visible_gpu_uuids() -> list[str]:
@@ -103,7 +127,9 @@ class Block:
         self.started_at = time.time()
         self._collector: Any = None
         self._agent: tuple[threading.Thread, threading.Event] | None = None
-        self._prof: Any = None
+        self._profs: list[tuple[str, Any]] = []  # (framework, its block profiler), in installation order
+        self._profs_lock = threading.Lock()
+        self._watcher: ImportWatcher | None = None
         self._registered = False
         self._job: dict[str, Any] = {}
         try:
@@ -126,14 +152,14 @@ class Block:
             self.transport = Client(self.settings.server_url, self.settings.token, timeout_s=5.0)
         gpu_uuids = gpus if gpus is not None else _visible_gpu_uuids() if self.local else \
             gpus_from_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
-        hooks = _torch_wanted(self.options)
+        frameworks = _hooked_frameworks(self.options)
         metadata = {**self.options.metadata, "profiled_by": "fleetprof.profile"}
         if self.options.batch_size is not None:
             metadata["batch_size_source"] = "flag"
         self._job = {
             "job_id": self.job_id, "team": self.options.team, "name": self.options.name or _script_name(),
             "command": " ".join(sys.argv) or None, "host": socket.gethostname(), "user": _user(),
-            "state": "running", "started_at": self.started_at, "framework": "pytorch" if hooks else None,
+            "state": "running", "started_at": self.started_at, "framework": _job_framework(frameworks),
             "batch_size": self.options.batch_size, "metadata": metadata,
             # local mode: this machine's GPUs are the block's (the operator token registers them as said)
             "gpu_uuids": gpu_uuids or None, "node": node_name(self.settings) if self.local and gpu_uuids else None,
@@ -145,10 +171,54 @@ class Block:
             log.warning("fleetprof.profile: job %s not registered (%s); its events may be refused", self.job_id, exc)
         if self.local and gpu_uuids:
             self._start_sampler(nvml_source)
-        if hooks:
+        for name in frameworks:
+            self._hook(name)
+        if self.options.hooks and self.settings.hooks_level != "off":
+            self._watcher = ImportWatcher([n for n in HOOKED if n not in sys.modules], self._hook).start()
+
+    def _hook(self, name: str) -> None:
+        """Install `name`'s block hooks (at the start, or when the block imports it)."""
+        try:
+            prof = self._install_hooks(name)
+        except Exception as exc:  # noqa: BLE001 - one framework's hooks failing leaves the others'
+            log.warning("fleetprof.profile: no %s hooks for the block: %s", name, exc)
+            return
+        if prof is not None:
+            with self._profs_lock:
+                self._profs.append((name, prof))
+
+    def _install_hooks(self, framework: str) -> Any:
+        if framework == "torch":
             from agent.hooks.torch import install_block
 
-            self._prof = install_block(self.job_id, self.transport, self.settings)
+            return install_block(self.job_id, self.transport, self.settings)
+        if framework == "keras":
+            from agent.hooks import keras as keras_hooks
+
+            return keras_hooks.install_block(sys.modules["keras"], self.job_id, self.transport, self.settings)
+        from agent.hooks import jax as jax_hooks
+
+        return jax_hooks.install_block(sys.modules["jax"], self.job_id, self.transport, self.settings)
+
+    def _uninstall_hooks(self, exc: BaseException | None) -> None:
+        """Each framework's hooks ended (flushed), the last installed first; one that fails leaves the others'."""
+        while self._profs:
+            name, prof = self._profs.pop()
+            try:
+                if name == "torch":
+                    from agent.hooks.torch import uninstall
+
+                    uninstall(prof, exc=exc, timeout_s=FLUSH_TIMEOUT_S)
+                elif name == "keras":
+                    from agent.hooks import keras as keras_hooks
+
+                    keras_hooks.uninstall(prof, timeout_s=FLUSH_TIMEOUT_S)
+                else:
+                    from agent.hooks import jax as jax_hooks
+
+                    jax_hooks.uninstall(prof, timeout_s=FLUSH_TIMEOUT_S)
+            except Exception as exc2:  # noqa: BLE001 - the other frameworks' events still go
+                log.warning("fleetprof.profile: the %s hooks did not end cleanly: %s", name, exc2)
 
     def _start_sampler(self, source: str) -> None:
         """The node agent's sampler for this machine's GPUs, into the local collector (agent token, any node)."""
@@ -185,11 +255,14 @@ class Block:
         report: dict[str, Any] | None = None
         html: str | None = None
         runs: dict[str, str] = {}
+        if self._watcher is not None:
+            self._watcher.close()
+        with self._profs_lock:
+            hooked: tuple[str, ...] = tuple(sorted(name for name, _ in self._profs))
+        if self._job.get("framework") is None:  # a framework imported inside the block: named at the end
+            self._job["framework"] = _job_framework(list(hooked))
         try:
-            if self._prof is not None:
-                from agent.hooks.torch import uninstall
-
-                uninstall(self._prof, exc=exc, timeout_s=FLUSH_TIMEOUT_S)
+            self._uninstall_hooks(exc)
             if self._agent is not None:
                 thread, stop = self._agent
                 stop.set()
@@ -222,9 +295,11 @@ class Block:
         return ProfileResult(job_id=self.job_id, mode="local" if self.local else "server", state=state,
                              server_url=None if self.local else self.settings.server_url,
                              report_json_path=json_path, report_html_path=html_path, report=report,
-                             hooks=self._prof is not None, tracker_runs=runs)
+                             hooks=bool(hooked), hooked=hooked, tracker_runs=runs)
 
     def _stop_services(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
         transport = getattr(self, "transport", None)
         if transport is not None:
             transport.close()

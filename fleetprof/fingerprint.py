@@ -19,6 +19,21 @@ the same `ModuleTree` from their layers) and by the estimator (server/estimate) 
   count, precision (fp32/bf16/fp16/amp) and the framework's version. Two models of the same architecture at other
   widths differ (their shapes do).
 
+Other frameworks build the same `ModuleTree` (the hash and the id are the same functions):
+- Keras 3 (`describe_keras_model`, any backend): per layer, its path from the model by position (`0`, `2.1`: Keras
+  names such as `dense_3` count the layers a process made before, so they are no part of the model), its type's
+  qualname (the model's own: `Sequential`, `Functional`, a subclass), and the weights it created as trainable
+  (`kernel`, `bias`, `gamma`...) with their shapes. `InputLayer`s are left out (no weights; a Sequential with or
+  without `keras.Input` is one model), and so are non-trainable weights (BatchNormalization's moving statistics:
+  PyTorch's buffers). Freezing a layer keeps its weights in the tree (Keras keeps them in the layer's trainable list
+  too). The layer classes and weight shapes are the same on every backend (torch, JAX, TensorFlow): one model has
+  one id whichever backend ran it; a Keras model and a PyTorch module of the same architecture do not share one
+  (other types, other weight names and layouts).
+- a JAX parameter pytree (`describe_pytree`, from the leaves' key paths and shapes): one node per container, the
+  root's path "", a child's its dotted keys (`params.Dense_0`), every node of type `pytree` (containers are how a
+  program stores arrays, dict or flax FrozenDict or a struct; the keys, flax's `Dense_0` or haiku's
+  `mlp/~/linear`, carry the architecture), its params the array leaves directly inside it, in flatten order.
+
 Format: 20 lowercase hex characters (80 bits of sha256), `FINGERPRINT_PATTERN`. `RULE_VERSION` is hashed in: a
 change of rule gives new ids, never a silent collision with the old ones.
 """
@@ -122,6 +137,79 @@ def describe_module(module: Any) -> ModuleTree:
         children = [(f"{path}.{name}" if path else name, child) for name, child in mod.named_children()]
         stack.extend(reversed(children))  # depth first, in registration order
     return ModuleTree(root_type=type_name(root), modules=nodes, parameter_count=count, truncated=truncated)
+
+
+def describe_keras_model(model: Any) -> ModuleTree:
+    """The `ModuleTree` of a built Keras 3 model or layer (see the module docstring); duck-typed (`_layers`,
+    `_trainable_variables`), this package imports no keras."""
+    nodes: list[ModuleNode] = []
+    seen: set[int] = {id(model)}
+    count = 0
+    stack: list[tuple[str, Any]] = [("", model)]
+    truncated = False
+    while stack:
+        if len(nodes) >= MAX_MODULES:
+            truncated = True
+            break
+        path, layer = stack.pop()
+        params = []
+        for var in _own_keras_weights(layer):
+            shape = _shape(var)
+            params.append((str(getattr(var, "name", "")), shape))
+            n = 1
+            for d in shape:
+                n *= d
+            count += n
+        nodes.append(ModuleNode(path=path, type=type(layer).__qualname__, params=params))
+        children = []
+        for child in getattr(layer, "_layers", None) or ():
+            if id(child) in seen or type(child).__name__ == "InputLayer":
+                continue  # a layer used twice (shared weights) is described where it was first met
+            seen.add(id(child))
+            children.append(child)
+        stack.extend(reversed([(f"{path}.{i}" if path else str(i), c) for i, c in enumerate(children)]))
+    return ModuleTree(root_type=type(model).__qualname__, modules=nodes, parameter_count=count, truncated=truncated)
+
+
+def _own_keras_weights(layer: Any) -> list[Any]:
+    """The weights a Keras layer created as trainable, not its sublayers'. `_trainable_variables` (Keras 3.0 on)
+    keeps them whatever `layer.trainable` says; a layer without it: its trainable weights when it has no
+    sublayers (they would be counted twice), else none."""
+    own = getattr(layer, "_trainable_variables", None)
+    if own is not None:
+        return list(own)
+    if getattr(layer, "_layers", None):
+        return []
+    return list(getattr(layer, "trainable_weights", None) or ())
+
+
+def describe_pytree(leaves: Iterable[tuple[tuple[str, ...], Any]], *, root_type: str = "pytree") -> ModuleTree:
+    """The `ModuleTree` of a parameter pytree from its leaves in flatten order: (key path as strings, array).
+    Every leaf must have a `shape` (raise ValueError otherwise: not a tree of arrays)."""
+    nodes: dict[tuple[str, ...], list[tuple[str, list[int]]]] = {(): []}
+    count = 0
+    for keys, leaf in leaves:
+        if getattr(leaf, "shape", None) is None:
+            raise ValueError(f"leaf {'.'.join(keys) or '<root>'} is a {type(leaf).__name__}, not an array")
+        if len(nodes) >= MAX_MODULES:
+            return ModuleTree(root_type=root_type, modules=_pytree_nodes(nodes), parameter_count=count,
+                              truncated=True)
+        parent = tuple(keys[:-1])
+        for i in range(1, len(parent) + 1):
+            nodes.setdefault(parent[:i], [])
+        shape = _shape(leaf)
+        nodes[parent].append((keys[-1] if keys else "", shape))
+        n = 1
+        for d in shape:
+            n *= d
+        count += n
+    if count == 0 and not any(nodes.values()):
+        raise ValueError("no array leaves")
+    return ModuleTree(root_type=root_type, modules=_pytree_nodes(nodes), parameter_count=count)
+
+
+def _pytree_nodes(nodes: dict[tuple[str, ...], list[tuple[str, list[int]]]]) -> list[ModuleNode]:
+    return [ModuleNode(path=".".join(k), type="pytree", params=v) for k, v in nodes.items()]
 
 
 def tree_hash(tree: ModuleTree) -> str:

@@ -8,8 +8,9 @@
     @fleetprof.profile(name="finetune")
     def main(): ...
 
-The block gets the hooks `fleetprof run` installs (steps, step time, per-module timing, allocator peaks; PyTorch),
-and is registered as a job. Where it goes:
+The block gets the hooks `fleetprof run` installs (steps, step time, per-module timing, allocator peaks, the model's
+fingerprint) for the frameworks the program has imported when the block starts: PyTorch, Keras 3 (`Model.fit`, any
+backend) and JAX (`@train_step` functions), and is registered as a job. Where it goes:
 - **server mode** (FLEETPROF_SERVER_URL set, or `server_url=`): events go to that collector, as under `fleetprof run`;
   the report is the server's (`fleetprof report JOB_ID`).
 - **local mode** (no server configured, or `local=True`): a collector runs inside this process for the block (SQLite in
@@ -49,7 +50,7 @@ class ProfileOptions:
     local: bool | None = None  # None: local exactly when no server is configured
     output_dir: Path | None = None  # local mode's report folder; None: next to the script
     level: str | None = None  # hooks level: off | default | layers (FLEETPROF_HOOKS_LEVEL)
-    hooks: bool = True  # False: NVML only (the PyTorch hooks stay off even where torch is imported)
+    hooks: bool = True  # False: NVML only (the framework hooks stay off even where torch/keras/jax is imported)
     metadata: dict[str, Any] = field(default_factory=dict)  # stored with the job
     log_to: tuple[str, ...] = ()  # trackers the report's headline figures go to at the end (fleetprof.trackers)
 
@@ -65,8 +66,9 @@ class ProfileResult:
     report_json_path: Path | None
     report_html_path: Path | None
     report: dict[str, Any] | None  # local mode: the report document (PRODUCT.md keys)
-    hooks: bool  # whether the PyTorch hooks ran for the block
+    hooks: bool  # whether framework hooks ran for the block
     tracker_runs: dict[str, str] = field(default_factory=dict)  # tracker -> the run the report was logged to
+    hooked: tuple[str, ...] = ()  # the frameworks whose hooks ran for the block: "jax", "keras", "torch"
 
 
 class RunningBlock(Protocol):

@@ -20,6 +20,15 @@ Step rule (documented contract):
     `batch_argnum` (default 1: `update(state, batch)`), unknown (null) where there is none.
   * `fleetprof_step(samples=None, wait=None)`: ends a step; `wait` (e.g. the loss) is waited for first. The first
     step runs from the hooks' installation (the import of jax), so it holds the program's start-up.
+Fingerprint (framework_info, `framework` "jax"): a `@train_step` function's argument `params_argnum` (default 0:
+`update(state, batch)`), read at its first call, when it is a pytree of arrays (a dict of parameters, a flax
+TrainState, (params, opt_state)): `fleetprof.fingerprint.describe_pytree` over its leaves' key paths and shapes,
+no optimizer (an optax update is a function, no class to name); `precision_mode` the dtype holding most of its
+floating-point elements (bf16, fp32...). Batch size and backend do not enter it. `fleetprof_step(params=...)` hands the
+same tree to the marker. Unknown (no fingerprint fields) for `fleetprof_step` without `params`, for
+`params_argnum=None`, and when the argument is not a pytree of arrays (a leaf without a
+shape, no leaf at all). What the argument holds is the program's choice: a TrainState with an Adam state is another
+tree, hence another id, than the same parameters alone.
 Memory per step: `device_memory.JaxMemory` (XLA's allocator peak since start on an accelerator; the process RSS on
 the CPU backend). The hooks send their `job_start` at the first step only: Keras imports jax whenever it is
 installed, and a process that takes no JAX step says nothing from here.
@@ -38,10 +47,12 @@ from typing import Any, TypeVar
 from agent.config import AgentSettings
 from agent.hooks.device_memory import JaxMemory
 from agent.hooks.events import EventFactory, sample_count
+from agent.hooks.fingerprint import JAX, ModelFingerprint
 from agent.hooks.framework_info import host_memory_bytes
 from agent.hooks.memory import RssPeak
 from agent.hooks.sender import EventSender
 from fleetprof.client import Client
+from fleetprof.fingerprint import Precision, precision_of
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +90,9 @@ class JaxProfiler:
         self._job_start_sent = False
         self._sizes: dict[int, int] = {}
         self._info_sent: dict[str, Any] | None = None
+        self._fingerprint: ModelFingerprint | None = None
+        self._precision: Precision | None = None
+        self._tree_read = False
 
     def install(self, *, process_hooks: bool = True) -> JaxProfiler:
         self.enabled = True
@@ -104,11 +118,14 @@ class JaxProfiler:
 
     # ------------------------------------------------------------------ steps
 
-    def step(self, samples: Any = None, wait: Any = None) -> None:
-        """End a training step (safe to call when disabled); `wait` is waited for first."""
+    def step(self, samples: Any = None, wait: Any = None, params: Any = None) -> None:
+        """End a training step (safe to call when disabled); `wait` is waited for first; `params` (the parameter
+        pytree) is read for the fingerprint at the first step that gives it."""
         if not self.enabled:
             return
         try:
+            if params is not None and not self._tree_read:
+                self._read_tree(params)
             if wait is not None:
                 self.jax.block_until_ready(wait)
             self._boundary(sample_count(samples) if samples is not None else None)
@@ -116,8 +133,10 @@ class JaxProfiler:
             self._fail(exc)
 
     def run_step(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 batch_argnum: int | None) -> Any:
+                 batch_argnum: int | None, params_argnum: int | None = 0) -> Any:
         """One call of a `@train_step` function: timed to its outputs' readiness."""
+        if not self._tree_read and params_argnum is not None and len(args) > params_argnum:
+            self._read_tree(args[params_argnum])  # before the call: a donated argument is gone after it
         if self._step_start is None or self.steps_done == 0:
             self._step_start = self._perf()
         out = fn(*args, **kwargs)
@@ -129,6 +148,17 @@ class JaxProfiler:
         except Exception as exc:
             self._fail(exc)
         return out
+
+    def _read_tree(self, tree: Any) -> None:
+        """The fingerprint of the step's parameter pytree, once (None when it is not a pytree of arrays)."""
+        self._tree_read = True
+        try:
+            self._fingerprint = ModelFingerprint.of_pytree(self.jax, tree)
+            self._precision = _majority_precision(self.jax.tree_util.tree_leaves(tree))
+        except ValueError as exc:
+            log.info("fleetprof hooks: no fingerprint for the train step's argument: %s", exc)
+        except Exception as exc:  # an object the walk cannot read: unknown, the steps still count
+            log.info("fleetprof hooks: no fingerprint for the train step's argument: %r", exc)
 
     def _leading_dim(self, batch: Any) -> int | None:
         for leaf in self.jax.tree_util.tree_leaves(batch):
@@ -165,7 +195,11 @@ class JaxProfiler:
     def _send_info(self) -> None:
         if self._events is None or self._memory is None:
             return
-        info: dict[str, Any] = {"device": self.device}
+        info: dict[str, Any] = {"device": self.device, "framework": JAX,
+                                "framework_version": str(getattr(self.jax, "__version__", ""))[:100] or None}
+        if self._fingerprint is not None:
+            info.update(self._fingerprint.fields(optimizers=[], precision_mode=self._precision),
+                        parameter_count=self._fingerprint.parameter_count)
         if self._sizes:
             info.update(batch_size=max(self._sizes, key=lambda k: self._sizes[k]), batch_size_source="forward_input")
         if not self._memory.on_device:
@@ -178,9 +212,9 @@ class JaxProfiler:
             self.sender.put(ev)
 
 
-def train_step(fn: F | None = None, *, batch_argnum: int | None = 1) -> Any:
+def train_step(fn: F | None = None, *, batch_argnum: int | None = 1, params_argnum: int | None = 0) -> Any:
     """Decorator: each call of `fn` is one training step (see the module docstring). Usable bare or with
-    `batch_argnum=` (None: samples unknown)."""
+    `batch_argnum=` (None: samples unknown) and `params_argnum=` (the parameter pytree; None: no fingerprint)."""
 
     def wrap(f: F) -> F:
         @functools.wraps(f)
@@ -188,18 +222,35 @@ def train_step(fn: F | None = None, *, batch_argnum: int | None = 1) -> Any:
             prof = _current
             if prof is None or not prof.enabled:
                 return f(*args, **kwargs)
-            return prof.run_step(f, args, kwargs, batch_argnum)
+            return prof.run_step(f, args, kwargs, batch_argnum, params_argnum)
 
         return wrapper  # type: ignore[return-value]
 
     return wrap(fn) if fn is not None else wrap
 
 
-def step(samples: Any = None, wait: Any = None) -> None:
+def _majority_precision(leaves: list[Any]) -> Precision | None:
+    """The dtype holding most floating-point elements of the leaves, as a precision (None: no float leaf)."""
+    elements: dict[str, int] = {}
+    for leaf in leaves:
+        dtype = getattr(leaf, "dtype", None)
+        # bfloat16 and the float8s are ml_dtypes' extension types, of numpy kind "V": named, not kinded
+        if dtype is None or not (getattr(dtype, "kind", None) == "f" or str(dtype).startswith(("bfloat", "float"))):
+            continue
+        n = 1
+        for d in getattr(leaf, "shape", ()):
+            n *= int(d)
+        elements[str(dtype)] = elements.get(str(dtype), 0) + n
+    if not elements:
+        return None
+    return precision_of(autocast_dtype=None, parameter_dtype=max(elements, key=lambda k: elements[k]))
+
+
+def step(samples: Any = None, wait: Any = None, params: Any = None) -> None:
     """End a JAX training step; a no-op without hooks."""
     prof = _current
     if prof is not None:
-        prof.step(samples, wait)
+        prof.step(samples, wait, params)
 
 
 def install(settings: AgentSettings | None = None, *, transport: Client | None = None) -> JaxProfiler | None:
@@ -220,3 +271,32 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         prof = JaxProfiler(jax, job_id=settings.job_id, sender=EventSender(transport))
         _current = prof.install()
         return prof
+
+
+def install_block(jax: Any, job_id: str, transport: Client,
+                  settings: AgentSettings | None = None) -> JaxProfiler | None:
+    """The JAX hooks for a `fleetprof.profile()` block (the `jax` module the process already imported): its
+    `@train_step` functions and `fleetprof_step` marks count, sending to `transport` through a sender of its own.
+    None when the hooks are off, or when this process is already profiled."""
+    global _current
+    settings = settings or AgentSettings()
+    if settings.hooks_level == "off":
+        return None
+    with _install_lock:
+        if _current is not None:
+            log.info("fleetprof hooks: JAX is already profiled in this process; the block adds no hooks")
+            return None
+        prof = JaxProfiler(jax, job_id=job_id, sender=EventSender(transport))
+        _current = prof.install(process_hooks=False)
+        return prof
+
+
+def uninstall(prof: JaxProfiler, *, timeout_s: float = 30.0) -> None:
+    """End a block's JAX hooks: the last framework_info sent, events flushed (waiting at most `timeout_s`)."""
+    global _current
+    try:
+        prof.close(timeout_s)
+    finally:
+        with _install_lock:
+            if _current is prof:
+                _current = None

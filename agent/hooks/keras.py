@@ -24,6 +24,10 @@ Per-layer time, every `layer_every`-th step (steps 1, 1+N, ...): on the torch ba
 compiled program in which no layer has a time of its own: the layers are sent with their names and types and
 unknown (null) times. Per-layer time there comes from a profiler trace (`fleetprof import-trace`).
 Memory per step: `memory.StepMemory` on torch (CUDA allocator or RSS), `device_memory.TfMemory` and `JaxMemory`.
+Fingerprint (framework_info, from the first step on): `fleetprof.fingerprint.describe_keras_model` over the
+model's layer tree (layer types, trainable weights' shapes) and the optimizer's class (inside a LossScaleOptimizer),
+`framework` "keras"; `precision_mode` from the model's dtype policy (mixed_float16 -> amp_fp16, mixed_bfloat16 ->
+amp_bf16, float32 -> fp32). The same model has the same id on every backend and at every batch size.
 Every hook body is guarded: an error inside the instrumentation is logged once and the hooks switch off.
 """
 
@@ -45,6 +49,7 @@ from typing import Any
 from agent.config import AgentSettings
 from agent.hooks.device_memory import JaxMemory, TfMemory
 from agent.hooks.events import EventFactory
+from agent.hooks.fingerprint import ModelFingerprint, keras_optimizer_name, keras_precision
 from agent.hooks.framework_info import host_memory_bytes
 from agent.hooks.memory import RssPeak, StepMemory
 from agent.hooks.sender import EventSender
@@ -127,6 +132,7 @@ class KerasProfiler:
         self._info_sent: dict[str, Any] | None = None
         self._pending_steps: list[dict[str, Any]] = []
         self._layer_names: dict[int, tuple[str, str]] = {}
+        self._fingerprint: tuple[int, ModelFingerprint | None] | None = None  # (id of the model, its fingerprint)
 
     # ------------------------------------------------------------------ install / teardown
 
@@ -361,18 +367,34 @@ class KerasProfiler:
             with contextlib.suppress(Exception):  # an unbuilt model: unknown
                 info["parameter_count"] = int(model.count_params())
             opt = getattr(model, "optimizer", None)
-            if opt is not None:
-                info["optimizers"] = [type(opt).__name__[:200]]
+            optimizers = [keras_optimizer_name(opt)] if opt is not None else []
+            if optimizers:
+                info["optimizers"] = optimizers
             policy = getattr(model, "dtype_policy", None)
             compute, variable = getattr(policy, "compute_dtype", None), getattr(policy, "variable_dtype", None)
             if compute:
                 info["precision"] = str(compute)[:50]
                 # a mixed policy (compute float16, variables float32) is Keras's autocast
                 info["precision_source"] = "autocast" if variable and variable != compute else "parameters"
+            fingerprint = self._model_fingerprint(model)
+            if fingerprint is not None:
+                info.update(fingerprint.fields(optimizers=optimizers, precision_mode=keras_precision(policy)))
         if self.device == "cpu":
             total = host_memory_bytes()
             info.update(device_memory_total_bytes=total, device_memory_source="host_memory" if total else None)
         return info
+
+
+    def _model_fingerprint(self, model: Any) -> ModelFingerprint | None:
+        """The model's fingerprint, walked once per model (the same rule as PyTorch's, fleetprof.fingerprint)."""
+        if self._fingerprint is None or self._fingerprint[0] != id(model):
+            try:
+                fingerprint: ModelFingerprint | None = ModelFingerprint.of_keras(self.keras, model)
+            except Exception:  # a layer the walk cannot read: no fingerprint, the rest still reports
+                log.warning("fleetprof hooks: no fingerprint for %s", type(model).__name__, exc_info=True)
+                fingerprint = None
+            self._fingerprint = (id(model), fingerprint)
+        return self._fingerprint[1]
 
 
 class _Inherited:
@@ -498,3 +520,36 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         prof.install(send_job_start=multiprocessing.parent_process() is None)
         _current = prof
         return prof
+
+
+def install_block(keras: Any, job_id: str, transport: Client,
+                  settings: AgentSettings | None = None) -> KerasProfiler | None:
+    """The Keras hooks for a `fleetprof.profile()` block (the `keras` module the process already imported): what
+    `install` sets up, sending to `transport` through a sender of its own, without the process hooks (`uninstall`
+    ends them). None when the hooks are off, or when this process is already profiled (`fleetprof run`, an
+    enclosing block)."""
+    global _current
+    settings = settings or AgentSettings()
+    level = settings.hooks_level if settings.hooks_level in LEVELS else "default"
+    if level == "off":
+        return None
+    with _install_lock:
+        if _current is not None:
+            log.info("fleetprof hooks: Keras is already profiled in this process; the block adds no hooks")
+            return None
+        prof = KerasProfiler(keras, job_id=job_id, sender=EventSender(transport), level=level,
+                             layer_every=1 if level == "layers" else settings.hooks_layer_every)
+        prof.install(process_hooks=False)
+        _current = prof
+        return prof
+
+
+def uninstall(prof: KerasProfiler, *, timeout_s: float = 30.0) -> None:
+    """End a block's Keras hooks: `fit` restored, events flushed (waiting at most `timeout_s`)."""
+    global _current
+    try:
+        prof.close(timeout_s)
+    finally:
+        with _install_lock:
+            if _current is prof:
+                _current = None

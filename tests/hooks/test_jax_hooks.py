@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
+from agent.hooks.fingerprint import ModelFingerprint
+from fleetprof.fingerprint import fingerprint_id
 from fleetprof.protocol import EventBatch
 from tests.hooks.conftest import Recorder, run_script
 
@@ -28,6 +32,34 @@ def test_jax_steps_samples_and_memory(recorder: Recorder, tmp_path: Path, mode: 
     assert start["framework"].startswith("jax ") and start["device"] == "cpu:0"
     info = recorder.events("framework_info")[-1]
     assert info["batch_size"] == 32 and info["batch_size_source"] == "forward_input"
+    assert info["framework"] == "jax" and info["framework_version"] == jax.__version__
+    if mode == "marker":  # no parameter pytree at hand: unknown
+        assert "fingerprint" not in info and "module_tree_hash" not in info
+    else:  # the update's first argument, train_jax.py's params: the same tree as this one, whatever the batch
+        expected = ModelFingerprint.of_pytree(jax, _train_jax_params())
+        assert info["module_tree_hash"] == expected.module_tree_hash and info["module_count"] == 1
+        assert info["fingerprint"] == fingerprint_id(expected.module_tree_hash, [])
+        assert info["parameter_count"] == 256 * 1024 + 1024 + 1024 * 10 + 10 and info["precision_mode"] == "fp32"
+
+
+def _train_jax_params() -> dict[str, np.ndarray]:
+    """train_jax.py's parameter shapes (numpy arrays: the tree's paths and shapes are all the rule reads)."""
+    return {"w1": np.zeros((256, 1024), "float32"), "b1": np.zeros(1024, "float32"),
+            "w2": np.zeros((1024, 10), "float32"), "b2": np.zeros(10, "float32")}
+
+
+@pytest.mark.parametrize("mode", ["decorator", "marker"])
+def test_a_jax_step_at_another_batch_size_has_the_same_fingerprint(recorder: Recorder, tmp_path: Path,
+                                                                   mode: str) -> None:
+    """The decorator reads its first argument; the marker the tree it is handed (`params=`)."""
+    run = run_script("train_jax.py", str(tmp_path / "own.json"), "3", "8", *(["marker", "params"] if mode == "marker"
+                                                                             else []),
+                     server_url=recorder.url, timeout_s=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    info = recorder.events("framework_info")[-1]
+    assert info["batch_size"] == 8
+    assert info["fingerprint"] == fingerprint_id(ModelFingerprint.of_pytree(jax, _train_jax_params()).module_tree_hash,
+                                                 [])
 
 
 def test_jax_imported_without_a_marked_step_sends_nothing(recorder: Recorder) -> None:

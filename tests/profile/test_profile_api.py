@@ -60,6 +60,49 @@ def test_local_mode_writes_the_report_next_to_the_script(repo_root: Path, tmp_pa
     assert list(elsewhere.iterdir()) == []  # nothing left in the working directory (temporary collector removed)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_local_mode_counts_a_keras_fit_and_a_jax_train_step(repo_root: Path, tmp_path: Path, backend: str) -> None:
+    """A Keras `fit` (2 epochs of 100 samples at 32: 4 batches each, the last short) and a JAX `@train_step` loop,
+    each in its own local-mode block: the reports count exactly the program's own batches and calls."""
+    script = tmp_path / "keras_train.py"
+    shutil.copy(SCRIPTS / "keras_block.py", script)
+    keras_block, jax_block = _run(script, ["2", "32", "7"], {**_bare_env(repo_root), "KERAS_BACKEND": backend},
+                                  cwd=tmp_path)
+    assert keras_block["counted"] == 8 and jax_block["counted"] == 7
+    for b in (keras_block, jax_block):
+        assert b["mode"] == "local" and b["state"] == "finished" and {"keras", "jax"} <= set(b["hooked"])
+    keras_report = json.loads(Path(keras_block["json"]).read_text())
+    assert keras_report["time"]["steps"] == keras_block["counted"]  # every train batch of the fit, once
+    assert keras_report["time"]["samples"] == 2 * 100
+    assert keras_report["framework"]["optimizers"] == ["RMSprop"]
+    assert keras_report["framework"]["batch_size_observed"] == 32
+    fp = keras_report["fingerprint"]
+    assert fp["framework"] == "keras" and fp["fingerprint"] is not None and fp["precision"] == "fp32"
+    assert fp["module_count"] == 3 and fp["parameter_count"] == 12 * 16 + 16 + 16 + 1
+
+    jax_report = json.loads(Path(jax_block["json"]).read_text())
+    assert jax_report["time"]["steps"] == jax_block["counted"] and jax_report["time"]["samples"] == 70
+    jfp = jax_report["fingerprint"]
+    assert jfp["framework"] == "jax" and jfp["fingerprint"] is not None and jfp["fingerprint"] != fp["fingerprint"]
+    assert jfp["parameter_count"] == 12 + 1 and jfp["batch_size"] == 10
+
+
+@pytest.mark.slow
+def test_a_framework_imported_inside_the_block_is_hooked(repo_root: Path, tmp_path: Path) -> None:
+    """A decorated main() that imports Keras (torch backend: Keras imports torch, and jax, on the way) inside the
+    profiled call: the hooks go in as the program imports them, and the fit's batches are counted once."""
+    script = tmp_path / "main.py"
+    shutil.copy(SCRIPTS / "keras_inside.py", script)
+    (result,) = _run(script, ["2", "16"], {**_bare_env(repo_root), "KERAS_BACKEND": "torch"}, cwd=tmp_path)
+    assert result["before"] == []  # nothing imported before the block
+    assert result["counted"] == 8 and {"keras", "torch"} <= set(result["hooked"])
+    report = json.loads(Path(result["json"]).read_text())
+    assert report["time"]["steps"] == result["counted"]  # Keras's steps; the PyTorch hooks stood down in fit
+    assert report["time"]["samples"] == 2 * 60
+    assert report["fingerprint"]["framework"] == "keras" and report["fingerprint"]["fingerprint"] is not None
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_local_report_html_opens_in_a_browser(repo_root: Path, tmp_path: Path) -> None:
@@ -85,6 +128,7 @@ def test_a_block_without_torch_still_gets_a_report(repo_root: Path, tmp_path: Pa
     shutil.copy(SCRIPTS / "no_torch.py", script)
     (result,) = _run(script, [], _bare_env(repo_root), cwd=tmp_path)
     assert result["hooks"] is False and result["torch_imported"] is False
+    assert result["imported"] == []  # no framework imported on the program's behalf (torch, keras, jax)
     report = json.loads(Path(result["json"]).read_text())
     assert report["job_id"] == result["job_id"] and report["state"] == "finished"
     assert report["time"]["steps"] is None  # unknown without hooks, never 0

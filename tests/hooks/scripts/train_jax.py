@@ -1,10 +1,10 @@
 """A plain JAX training loop (an MLP, hand-written SGD) with the one line the fleetprof JAX hooks need:
 `@train_step` above the jitted update (a no-op without `fleetprof run`).
 
-Usage: train_jax.py OUT_JSON [STEPS] [BATCH] [marker]. With `marker` the loop ends each step with
-`fleetprof_step(samples=..., wait=loss)` instead of the decorator. It times its own steps (from the previous step's end, the first from
-its call, to the step's outputs being ready) and writes them, with its batch sizes, to OUT_JSON. The last batch of
-the data is short.
+Usage: train_jax.py OUT_JSON [STEPS] [BATCH] [marker [params]]. With `marker` the loop ends each step with
+`fleetprof_step(samples=..., wait=loss)` instead of the decorator (with `params`: and `params=` the parameter
+pytree). It times its own steps (from the previous step's end, the first from its call, to the step's outputs being
+ready) and writes them, with its batch sizes, to OUT_JSON. The last batch of the data is short.
 """
 
 import json
@@ -22,6 +22,7 @@ OUT = sys.argv[1]
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 BATCH = int(sys.argv[3]) if len(sys.argv) > 3 else 128
 MARKER = len(sys.argv) > 4 and sys.argv[4] == "marker"
+GIVE_PARAMS = len(sys.argv) > 5 and sys.argv[5] == "params"  # the marker also hands over the parameter pytree
 
 rng = np.random.default_rng(0)
 n = BATCH * (STEPS - 1) + BATCH // 2  # the last batch holds half a batch
@@ -58,7 +59,7 @@ for i in range(STEPS):
     batch = (jnp.asarray(x_all[i * BATCH:(i + 1) * BATCH]), jnp.asarray(y_all[i * BATCH:(i + 1) * BATCH]))
     params, loss = update(params, batch)
     if MARKER:
-        fleetprof_step(samples=batch[0].shape[0], wait=loss)
+        fleetprof_step(samples=batch[0].shape[0], wait=loss, params=params if GIVE_PARAMS else None)
     jax.block_until_ready(loss)
     now = time.perf_counter()
     times.append(now - prev)
