@@ -65,7 +65,7 @@ def main() -> None:
             fp, ms = _median_ms(lambda m=model: ModelFingerprint.of_pytree(jax, m))
         print(f"{name:<26}{fp.module_count:>9}{fp.parameter_count or 0:>16,}{ms:>31.2f}")
         figures[name] = {"module_count": fp.module_count, "parameter_count": fp.parameter_count, "fingerprint_ms": ms}
-    path = write_report("fingerprint_keras", figures)
+    path = write_report(__file__, figures)
     print(f"figures: {path}")
 
 
