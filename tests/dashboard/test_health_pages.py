@@ -40,7 +40,8 @@ def test_job_node_and_fleet_pages_show_the_faulty_gpus_findings(api, make_token)
     assert [_text(th) for th in table.children[0].children.children] == columns
     rows = [dict(zip(columns, r, strict=True)) for r in _rows(table)]
     assert {r["GPU"] for r in rows} == {truth.bad}
-    assert {r["kind"]: r["count"] for r in rows} == {**{k: str(n) for k, n in COUNTS.items()}, **dict.fromkeys(FLAGS, "-"),
+    counts = {k: str(n) for k, n in COUNTS.items()}
+    assert {r["kind"]: r["count"] for r in rows} == {**counts, **dict.fromkeys(FLAGS, "-"),
                                                     "temperature_near_slowdown": "-"}
     assert all(r["source"].endswith(SOURCE) for r in rows)
     counted = [r for r in rows if r["kind"] in COUNTS]

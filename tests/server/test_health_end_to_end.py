@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.server.faulty_gpu import COUNTS, FAULTY, FLAGS, HOT_AT, READINGS, SLOWDOWN_C, SOURCE, Shipped, \
-    ship_faulty_job
+from tests.server import faulty_gpu as S  # the scenario's numbers
+from tests.server.faulty_gpu import COUNTS, FLAGS, SOURCE, Shipped, ship_faulty_job
 from tests.server.helpers import auth
 
 NODE = "node-health"
@@ -42,13 +42,14 @@ def test_report_names_the_faulty_gpu_its_kinds_counts_and_since_times(api, shipp
     # a flag read every 30 s holds between its readings: raised from the reading that saw it to the job's end
     for kind in FLAGS:
         f = by_kind[kind]
-        assert f["since_ts"] == truth.seen_ts and f["until_ts"] == truth.t0 + READINGS - 1, f
-        assert f["seconds"] == pytest.approx(READINGS - (truth.seen_ts - truth.t0), abs=1.0), f
-        assert f["fraction"] == pytest.approx(f["seconds"] / READINGS, abs=0.01)
+        assert f["since_ts"] == truth.seen_ts and f["until_ts"] == truth.t0 + S.READINGS - 1, f
+        assert f["seconds"] == pytest.approx(S.READINGS - (truth.seen_ts - truth.t0), abs=1.0), f
+        assert f["fraction"] == pytest.approx(f["seconds"] / S.READINGS, abs=0.01)
     # the double's slowdown threshold (80 °C), not the catalogue's: the clean GPU, as hot, is under its own 90 °C
     hot = by_kind["temperature_near_slowdown"]
-    assert hot["since_ts"] == truth.t0 + HOT_AT and hot["seconds"] == pytest.approx(READINGS - HOT_AT, abs=1.0)
-    assert hot["slowdown_temperature_c"] == SLOWDOWN_C and hot["temperature_max_c"] == SLOWDOWN_C - 3
+    assert hot["since_ts"] == truth.t0 + S.HOT_AT
+    assert hot["seconds"] == pytest.approx(S.READINGS - S.HOT_AT, abs=1.0)
+    assert hot["slowdown_temperature_c"] == S.SLOWDOWN_C and hot["temperature_max_c"] == S.SLOWDOWN_C - 3
     assert hot["slowdown_temperature_source"] == "nvml:temperature threshold SLOWDOWN" + SOURCE
     assert all(f["source"].endswith(SOURCE) for f in health["findings"])
 
@@ -57,7 +58,7 @@ def test_node_gpus_and_fleet_summary_list_the_faulty_gpu(api, shipped) -> None: 
     op, truth = shipped
     gpus = {g["uuid"]: g for g in api.get("/api/v1/gpus", params={"node": NODE}, headers=auth(op)).json()}
     assert gpus[truth.good]["findings"] == []
-    assert gpus[truth.bad]["slowdown_temperature_c"] == SLOWDOWN_C
+    assert gpus[truth.bad]["slowdown_temperature_c"] == S.SLOWDOWN_C
     found = {f["kind"]: f for f in gpus[truth.bad]["findings"]}
     # the recent window reads each GPU's first and last health reading: counters as last - first, flags as last
     assert set(found) == set(COUNTS) | FLAGS
@@ -66,5 +67,6 @@ def test_node_gpus_and_fleet_summary_list_the_faulty_gpu(api, shipped) -> None: 
 
     summary = api.get("/api/v1/fleet/summary", params={"window": "1h"}, headers=auth(op)).json()
     attention = [a for a in summary["gpus_needing_attention"] if a["node"] == NODE]
-    assert [(a["gpu_uuid"], a["gpu_index"], a["severity"]) for a in attention] == [(truth.bad, FAULTY, "critical")]
+    assert [(a["gpu_uuid"], a["gpu_index"], a["severity"]) for a in attention] == \
+        [(truth.bad, S.FAULTY, "critical")]
     assert {f["kind"]: f.get("count") for f in attention[0]["findings"]} == {**COUNTS, **dict.fromkeys(FLAGS)}
