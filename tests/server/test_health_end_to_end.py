@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from server.app import create_app
+from server.auth.service import create_token
+from server.config import ServerSettings
+from server.db import make_engine, make_sessionmaker, session_scope
+from server.migrate import upgrade
 from tests.server import faulty_gpu as S  # the scenario's numbers
 from tests.server.faulty_gpu import COUNTS, FLAGS, SOURCE, Shipped, ship_faulty_job
 from tests.server.helpers import auth
@@ -70,3 +76,30 @@ def test_node_gpus_and_fleet_summary_list_the_faulty_gpu(api, shipped) -> None: 
     assert [(a["gpu_uuid"], a["gpu_index"], a["severity"]) for a in attention] == \
         [(truth.bad, S.FAULTY, "critical")]
     assert {f["kind"]: f.get("count") for f in attention[0]["findings"]} == {**COUNTS, **dict.fromkeys(FLAGS)}
+
+
+def test_embedded_store_lists_the_faulty_gpu_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The same join on SQLite (`fleetprof up`'s embedded store), whose attention probes are correlated subqueries."""
+    settings = ServerSettings(database_url=f"sqlite:///{tmp_path / 'embedded.db'}", broker_url=None,
+                              data_dir=tmp_path / "fleetprof")
+    upgrade(settings)
+    engine = make_engine(settings)
+
+    def make_token(scope: str, team: str | None = None, node: str | None = None) -> str:
+        with session_scope(make_sessionmaker(engine)) as session:
+            return create_token(session, scope=scope, team=team, node=node)
+
+    try:
+        with TestClient(create_app(settings)) as api:
+            def post(path: str, body: Any, token: str) -> tuple[int, Any]:
+                r = api.post(path, content=body, headers={**auth(token), "Content-Type": "application/json"}) \
+                    if isinstance(body, str) else api.post(path, json=body, headers=auth(token))
+                return r.status_code, r.json()
+
+            op, truth = ship_faulty_job(post, make_token, node=NODE, job_id="health-embedded")
+            gpus = {g["uuid"]: g for g in api.get("/api/v1/gpus", params={"node": NODE}, headers=auth(op)).json()}
+    finally:
+        engine.dispose()
+    assert gpus[truth.good]["findings"] == []
+    found = {f["kind"]: f for f in gpus[truth.bad]["findings"]}
+    assert set(found) == set(COUNTS) | FLAGS and {k: found[k]["count"] for k in COUNTS} == COUNTS
