@@ -1,11 +1,15 @@
 """Issue #20's health findings on the pages that show them: the job page's "GPU health" card, the node page's "GPUs
 needing attention" and the fleet page's attention rows, built as Dash layouts from the real API's answers about a
-job shipped by the real agent code from the NVML test double (tests/server/faulty_gpu.py); the double's data says so.
+job shipped by the real agent code from the NVML test double (tests/server/faulty_gpu.py), and in a real headless
+Chromium; the double's data says so.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import httpx
+import pytest
 
 from dashboard import data
 from dashboard.pages.fleet import attention_rows
@@ -62,3 +66,31 @@ def test_job_node_and_fleet_pages_show_the_faulty_gpus_findings(api, make_token)
     ours = [r for r in attention_rows(summary) if r[5] in (truth.bad, truth.good)]
     assert [(r[1], r[3], r[5]) for r in ours] == [(str(FAULTY), "critical", truth.bad)]
     assert "3 NVLink errors" in _text(ours[0][4])
+
+
+@pytest.mark.browser
+def test_browser_job_and_node_pages_show_the_findings(chrome, dashboard_url, live_server, make_token) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    from tests.dashboard.test_browser import _console_errors, _sign_in, _wait
+
+    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
+        headers = {**auth(token), "Content-Type": "application/json"}
+        r = httpx.post(f"{live_server}{path}", timeout=60, headers=headers,
+                       **({"content": body} if isinstance(body, str) else {"json": body}))
+        return r.status_code, r.json()
+
+    op, truth = ship_faulty_job(post, make_token, node=NODE, job_id="health-browser-job")
+    driver = chrome
+    driver.get_log("browser")
+    _sign_in(driver, dashboard_url, op, "operator")
+    driver.get(f"{dashboard_url}/jobs/health-browser-job")
+    _wait(driver, "#job-health", "pcie_replay")
+    text = driver.find_element(By.ID, "job-health").text
+    assert truth.bad in text and truth.good not in text and SOURCE.strip() in text
+    assert all(kind in text for kind in (*COUNTS, *FLAGS))
+    driver.get(f"{dashboard_url}/nodes/{NODE}")
+    _wait(driver, "#node-attention", truth.bad)
+    text = driver.find_element(By.ID, "node-attention").text
+    assert truth.good not in text and "4 PCIe replays" in text and SOURCE.strip() in text
+    assert _console_errors(driver) == []
