@@ -4,7 +4,9 @@
   window touches: one aggregate over a row per GPU and hour;
 - XIDs, error counters and flags from each GPU's first and last raw sample in the window that read them: primary-key
   probes per GPU (LIMIT 1 each; the health counters, read every 30th sample, walk back at most that many rows), as the
-  fleet summary reads each GPU's latest utilization; no window of samples is scanned.
+  fleet summary reads each GPU's latest utilization; no window of samples is scanned (bench/attention_probes.py,
+  1,000 GPUs x 1 h at 1 Hz on 2 shared cores: 81 ms, against 27 ms for the single null-blind pair these replaced,
+  which found none of the 10 GPUs whose counters rose).
 
 The findings themselves are `server.analysis.health.window`'s. Columns the table does not have are left out, not
 guessed."""
