@@ -103,10 +103,13 @@ def section(title: str, *children: Any, id: str | None = None) -> html.Section:
 
 
 def findings_list(findings: Sequence[Any], *, empty: str = "no findings") -> html.Ul | html.Span:
-    """Health findings (fleetprof.report.HealthFinding, or their JSON) as a list: kind, severity and the summary
-    (which carries the seconds, share and cost with their units)."""
+    """Health findings (fleetprof.report.HealthFinding, or their JSON) as a list: kind, severity, the summary
+    (which carries the seconds, share, count and cost with their units) and the source (which says when the data
+    came from the NVML test double or a replay)."""
     items = []
     for f in findings:
         get = f.get if isinstance(f, dict) else lambda k, f=f: getattr(f, k, None)
-        items.append(html.Li([html.B(str(get("kind"))), f" ({get('severity') or 'info'}): ", str(get("summary"))]))
+        source = get("source")
+        items.append(html.Li([html.B(str(get("kind"))), f" ({get('severity') or 'info'}): ", str(get("summary")),
+                              *([html.Span(f" [{source}]", className="muted")] if source else [])]))
     return html.Ul(items, className="findings") if items else html.Span(empty, className="muted")

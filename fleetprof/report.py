@@ -266,14 +266,20 @@ class TimeSection(Section):
 GPM_SOURCE = "NVML GPM"
 
 
+def sample_source_suffix(sample_source: str | None) -> str:
+    """What a figure's source says after its NVML signal when the samples were not a live GPU's: the NVML test
+    double (batches with source "test") or a replayed recording (source "replay"); "" for live NVML or unknown."""
+    if sample_source == "test":
+        return " (NVML test double)"
+    if sample_source == "replay":
+        return " (replayed recording)"
+    return ""
+
+
 def gpm_source_label(sample_source: str | None) -> str:
     """Where GPM figures came from: "NVML GPM", labelled as such when the samples came from the NVML test double
-    (batches with source "test") or a replayed recording (source "replay")."""
-    if sample_source == "test":
-        return f"{GPM_SOURCE} (NVML test double)"
-    if sample_source == "replay":
-        return f"{GPM_SOURCE} (replayed recording)"
-    return GPM_SOURCE
+    or a replayed recording."""
+    return GPM_SOURCE + sample_source_suffix(sample_source)
 
 
 class GpmGpu(Section):

@@ -184,10 +184,14 @@ def health_section(report: JobReport) -> html.Section:
     if health is None:
         body: Any = html.Div(fmt.UNKNOWN + " (the report has no health section)", className="empty")
     else:
-        rows = [[f.gpu_uuid or fmt.UNKNOWN, f.kind, f.severity or "info", fmt.seconds(f.seconds),
-                 fmt.fraction_pct(f.fraction), fmt.timestamp(f.since_ts), f.summary] for f in health.findings]
-        body = table(["GPU", "kind", "severity", "for", "share", "since", "what"], rows, id="job-health",
-                     empty=f"no findings on {fmt.count(health.gpus_checked, 'GPUs')}")
+        # a counted event (an error counter's rise) has a count and no duration: "-" there is known, not unknown
+        rows = [[f.gpu_uuid or fmt.UNKNOWN, f.kind, f.severity or "info",
+                 "-" if f.seconds is None and f.count is not None else fmt.seconds(f.seconds),
+                 "-" if f.fraction is None and f.count is not None else fmt.fraction_pct(f.fraction),
+                 "-" if f.count is None else str(f.count), fmt.timestamp(f.since_ts), f.summary, fmt.text(f.source)]
+                for f in health.findings]
+        body = table(["GPU", "kind", "severity", "for", "share", "count", "since", "what", "source"], rows,
+                     id="job-health", empty=f"no findings on {fmt.count(health.gpus_checked, 'GPUs')}")
     st = report.time.stragglers
     by_gpu = [s for s in (st.stragglers if st else []) if s.gpu_uuid]
     stragglers = table(["GPU", "slower by", "busy phase / iteration", "peers'", "from", "to", "likely cause"],

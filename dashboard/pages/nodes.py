@@ -75,18 +75,23 @@ def register_callbacks(app: dash.Dash) -> None:
                      fmt.timestamp(g.get("last_seen_at")), g["uuid"]] for g in gpus]
         job_rows = [[job_link(j.job_id), fmt.text(j.name), fmt.text(j.team), fmt.count(len(j.gpu_uuids), "GPUs"),
                      fmt.timestamp(j.started_at)] for j in jobs]
-        # findings: null from a collector that predates them (unknown), [] when checked and clean
-        attention = [[str(g["index"]), fmt.text(g["name"]), findings_list(g["findings"]), g["uuid"]]
-                     for g in gpus if g.get("findings")]
-        checked = any(g.get("findings") is not None for g in gpus)
-        return [section("GPUs needing attention (last hour)",
-                        table(["GPU", "model", "findings", "uuid"], attention, id="node-attention",
-                              empty="no GPU needs attention" if checked else "unknown (the API gave no findings)")),
+        return [attention_section(gpus),
                 section("GPUs", table(["GPU", "model", "memory", "health", "power limit", "power source", "MIG device",
                                        "last seen", "uuid"], gpu_rows, id="node-gpus")),
                 gpm_section(gpm_doc),
                 section("Current jobs", table(["job", "name", "team", "GPUs", "started"], job_rows,
                                               id="node-jobs", empty="no running job on this node"))]
+
+
+def attention_section(gpus: list[dict[str, Any]]) -> Any:
+    """The node's GPUs with health findings over the last hour (`GET /api/v1/gpus?node=N`'s `findings`)."""
+    # findings: null from a collector that predates them (unknown), [] when checked and clean
+    attention = [[str(g["index"]), fmt.text(g["name"]), findings_list(g["findings"]), g["uuid"]]
+                 for g in gpus if g.get("findings")]
+    checked = any(g.get("findings") is not None for g in gpus)
+    return section("GPUs needing attention (last hour)",
+                   table(["GPU", "model", "findings", "uuid"], attention, id="node-attention",
+                         empty="no GPU needs attention" if checked else "unknown (the API gave no findings)"))
 
 
 def gpm_section(gpm: Any) -> Any:

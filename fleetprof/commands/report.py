@@ -49,7 +49,8 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def health_lines(health: Any) -> list[str]:
-    """The health section: one line per finding (GPU, kind, summary); 'no findings' when checked and clean."""
+    """The health section: one line per finding (GPU, kind, summary, [source]: it says when the data came from the
+    NVML test double or a replay); 'no findings' when checked and clean."""
     if not isinstance(health, dict):
         return []
     findings = health.get("findings") or []
@@ -57,7 +58,9 @@ def health_lines(health: Any) -> list[str]:
     if not findings:
         lines.append(f"  no findings ({health.get('gpus_checked')} GPUs checked)")
     for f in findings:
-        lines.append(f"  {f.get('gpu_uuid')}  {f.get('kind')} ({f.get('severity') or 'info'}): {f.get('summary')}")
+        source = f"  [{f['source']}]" if f.get("source") else ""
+        lines.append(f"  {f.get('gpu_uuid')}  {f.get('kind')} ({f.get('severity') or 'info'}): {f.get('summary')}"
+                     f"{source}")
     return lines
 
 

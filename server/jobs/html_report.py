@@ -77,7 +77,9 @@ def render_report_html(report: dict[str, Any], series: dict[str, list[Any]]) -> 
     health = report.get("health")
     if isinstance(health, dict):
         items = "".join(f"<li><b>{html.escape(str(f.get('kind')))}</b> on {html.escape(str(f.get('gpu_uuid')))}: "
-                        f"{html.escape(str(f.get('summary')))}</li>" for f in health.get("findings") or [])
+                        f"{html.escape(str(f.get('summary')))}"
+                        + (f" <i>[{html.escape(str(f['source']))}]</i>" if f.get("source") else "") + "</li>"
+                        for f in health.get("findings") or [])
         parts.append(f"<h2>Health</h2><ul>{items or '<li>no findings</li>'}</ul>")
     recs = report.get("recommendations") or []
     if recs:

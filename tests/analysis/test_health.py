@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from server.analysis.base.durations import hold_last
 from server.analysis.base.jobdata import GpuSeries, JobData
 from server.analysis.health import reasons
 from server.analysis.health.findings import counter_increase, gpu_findings, health_section
@@ -104,6 +105,22 @@ def test_xid_counters_and_flags() -> None:
     assert found["ecc_uncorrected"].severity == "critical"
     assert found["pcie_replay"].count == 299
     assert found["row_remap_pending"].seconds == pytest.approx(10.0)
+
+
+def test_a_flag_read_every_30th_sample_holds_between_its_readings() -> None:
+    n = 600
+    pending = np.full(n, np.nan)
+    pending[::30] = np.where(np.arange(0, n, 30) >= 300, 1.0, 0.0)  # the agent reads it every 30th sample
+    remap = np.full(n, np.nan)
+    remap[::30] = np.where(np.arange(0, n, 30) >= 300, 7.0, 4.0)
+    found = {f.kind: f for f in gpu_findings(_gpu(retired_pages_pending=pending, remapped_rows_correctable=remap))}
+    assert set(found) == {"retired_pages_pending", "row_remap"}
+    flag = found["retired_pages_pending"]
+    assert flag.seconds == pytest.approx(300.0) and flag.fraction == pytest.approx(0.5)
+    assert (flag.since_ts, flag.until_ts) == (T0 + 300, T0 + 599)
+    assert (found["row_remap"].count, found["row_remap"].since_ts) == (3, T0 + 300)
+    assert hold_last(np.array([np.nan, 1.0, np.nan, 0.0, np.nan])).tolist()[1:] == [1.0, 1.0, 0.0, 0.0]
+    assert np.isnan(hold_last(np.array([np.nan, 2.0]))[0])  # nothing read yet: unknown
 
 
 def test_xid_already_there_at_the_start_is_not_new() -> None:

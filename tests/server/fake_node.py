@@ -10,7 +10,7 @@ import pynvml
 
 from agent.attribution import Attribution
 from agent.devices.fake import FakeNvml
-from agent.devices.nvml import NvmlDevices
+from agent.devices.nvml import HEALTH_EVERY, NvmlDevices
 from agent.sampler import Sampler
 
 SM, TENSOR = pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
@@ -33,10 +33,13 @@ def sm_ramp(k: int) -> float:
 
 
 def ship_job(post: Post, *, fake: FakeNvml, node: str, agent: str, op: str, job_id: str, t0: float,
-             readings: int, sm_of_reading: Callable[[int], float] = sm_ramp) -> None:
+             readings: int, sm_of_reading: Callable[[int], float] = sm_ramp,
+             script: Callable[[int, FakeNvml], None] | None = None, health_every: int = HEALTH_EVERY) -> None:
     """Register `job_id` on the fake node's GPUs, sample them `readings` times 1 s apart from `t0`, ship the batch
-    (labelled source "test", as `fleetprof agent --source fake:N` labels the double's batches) and end the job."""
-    devices = NvmlDevices(fake, xid_events=False)
+    (labelled source "test", as `fleetprof agent --source fake:N` labels the double's batches) and end the job.
+    `script(k, fake)` runs before reading k (a test's scripted change of the double); the health counters are read
+    every `health_every` readings, staggered by GPU, as the agent reads them."""
+    devices = NvmlDevices(fake, xid_events=False, health_every=health_every)
     devices.source = "test"
     clock = iter(t0 + k for k in range(10_000))
     sampler = Sampler(devices, node=node, agent_id=f"{node}-{job_id}", attributor=_NoAttribution(),  # type: ignore[arg-type]
@@ -48,6 +51,8 @@ def ship_job(post: Post, *, fake: FakeNvml, node: str, agent: str, op: str, job_
     for k in range(readings):
         for g in fake.gpus:
             g.gpm_metrics[SM], g.gpm_metrics[TENSOR] = sm_of_reading(k), sm_of_reading(k) / 2
+        if script is not None:
+            script(k, fake)
         sampler.sample()
     batch = sampler.make_batch()
     assert batch is not None

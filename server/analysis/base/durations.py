@@ -22,3 +22,17 @@ def sample_durations(ts: np.ndarray, *, max_gap_s: float | None = None) -> np.nd
     cap = max_gap_s if max_gap_s is not None else 5.0 * typical
     dt = np.where(dt > cap, typical, dt)
     return np.concatenate([dt, [typical]])
+
+
+def hold_last(values: np.ndarray) -> np.ndarray:
+    """Each NaN replaced by the last value read before it (sample-and-hold of a field the agent reads every Nth
+    sample, e.g. the health counters every 30th): leading NaNs stay NaN (nothing read yet: unknown)."""
+    v = np.asarray(values, dtype=np.float64)
+    ok = ~np.isnan(v)
+    if ok.all() or not ok.any():
+        return v.copy()
+    idx = np.where(ok, np.arange(v.size), 0)
+    np.maximum.accumulate(idx, out=idx)
+    out = v[idx]
+    out[: int(np.argmax(ok))] = np.nan
+    return out

@@ -4,7 +4,8 @@ retired pages, row remapping, PCIe replay, NVLink errors).
 
 Time is sample-and-hold (`base.durations`): a finding's `seconds` is the time its samples stand for, `fraction` that
 over the time the GPU's samples cover in the window. A counter finding says how much the counter rose in the window
-(`count`) and when it first did; a flag finding (a pending retirement or remap) how long it was raised.
+(`count`) and when it first did; a flag finding (a pending retirement or remap) how long it was raised, each reading
+holding until the next (the agent reads the health fields every 30th sample, null between).
 
 Inputs are columns of `GpuSeries` by their protocol names (issue #20); a column the agent never sent is all-NaN and
 gives no finding (unknown is not healthy, it is not reported at all). The reference SM clock and the slowdown
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetprof.report import HealthFinding, HealthSection
-from server.analysis.base.durations import sample_durations
+from fleetprof.report import HealthFinding, HealthSection, sample_source_suffix
+from server.analysis.base.durations import hold_last, sample_durations
 from server.analysis.base.gpu_catalog import find_model
 from server.analysis.base.jobdata import GpuSeries
 from server.analysis.health import reasons
@@ -267,7 +268,8 @@ def _counter_findings(g: GpuSeries) -> list[HealthFinding]:
 def _flag_findings(g: GpuSeries, dur: np.ndarray, covered: float) -> list[HealthFinding]:
     out = []
     for column, kind, what in FLAGS:
-        v = g.column(column)
+        # read with the health counters (every 30th sample): a flag holds between its readings
+        v = hold_last(g.column(column))
         with np.errstate(invalid="ignore"):
             raised = v > 0
         if not np.any(raised):
@@ -282,6 +284,11 @@ def _flag_findings(g: GpuSeries, dur: np.ndarray, covered: float) -> list[Health
 
 
 def _finding(g: GpuSeries, kind: str, **fields: object) -> HealthFinding:
+    """A finding of `g`; its sources say so when the samples came from the NVML test double or a replay."""
+    suffix = sample_source_suffix(g.sample_source)
+    if suffix:
+        fields = {k: v + suffix if k.endswith("source") and isinstance(v, str) and v.startswith("nvml:") else v
+                  for k, v in fields.items()}
     return HealthFinding.model_validate({"gpu_uuid": g.uuid, "kind": kind, "severity": SEVERITY.get(kind, "info"),
                                          **fields})
 

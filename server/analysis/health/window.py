@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fleetprof.report import HealthFinding
+from fleetprof.report import HealthFinding, sample_source_suffix
 from server.analysis.health.findings import COUNTERS, FLAGS, MIN_SLOWDOWN_S, SEVERITY, SLOWDOWN_TITLES
 from server.analysis.health.reasons import SLOWDOWN_KINDS, names
 
@@ -19,13 +19,17 @@ def _span(seconds: float) -> str:
     return f"{seconds / 60.0:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float) -> list[HealthFinding]:
+def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float,
+                    sample_source: str | None = None) -> list[HealthFinding]:
     """`agg` (any key may be absent or None: unknown): covered_s and `<kind>_s` per SLOWDOWN_KINDS from the
-    rollups; `<column>_first` / `<column>_last` of the window's first and last sample for xid_last, the COUNTERS
-    and the FLAGS columns the table has."""
+    rollups; `<column>_first` / `<column>_last` of the window's first and last sample reading the column (xid_last,
+    the COUNTERS and the FLAGS columns the table has). `sample_source`: the node's batch source, to label the
+    findings of the NVML test double or a replay."""
     out: list[HealthFinding] = []
+    suffix = sample_source_suffix(sample_source)
 
     def add(kind: str, summary: str, **fields: Any) -> None:
+        fields["source"] = fields["source"] + suffix
         out.append(HealthFinding.model_validate({"gpu_uuid": gpu_uuid, "kind": kind, "summary": summary,
                                                  "severity": SEVERITY.get(kind, "info"), "seconds": None,
                                                  "fraction": None, **fields}))
