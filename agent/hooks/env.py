@@ -2,14 +2,49 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.config import AgentSettings
+
+log = logging.getLogger(__name__)
 
 # Holds only `sitecustomize.py`: prepended to the child's PYTHONPATH, it runs at interpreter start-up,
 # chains to any pre-existing sitecustomize and waits for the program to import torch.
 SITE_DIR = Path(__file__).resolve().parent / "_site"
 
 LEVELS = ("off", "default", "layers")
+
+
+def install_level(settings: AgentSettings, *, can_send: bool) -> str | None:
+    """The level a process's hooks (`fleetprof run`'s child, any framework) install at: None when they are off, or
+    (logged) when they cannot send: no job id, or neither a server URL nor a transport (`can_send`). An unknown
+    FLEETPROF_HOOKS_LEVEL reads as "default" (warned)."""
+    level = settings.hooks_level
+    if level == "off":
+        return None
+    if level not in LEVELS:
+        log.warning("fleetprof hooks: unknown FLEETPROF_HOOKS_LEVEL=%r; using 'default'", level)
+        level = "default"
+    if not settings.job_id or not can_send:
+        log.info("fleetprof hooks: no job id or server URL; hooks not installed")
+        return None
+    return level
+
+
+def block_level(settings: AgentSettings) -> str | None:
+    """The level of a `fleetprof.profile()` block's hooks (the block brings its own job id and transport): None
+    when the hooks are off; an unknown level reads as "default"."""
+    level = settings.hooks_level if settings.hooks_level in LEVELS else "default"
+    return None if level == "off" else level
+
+
+def layer_every(level: str, settings: AgentSettings) -> int:
+    """Every how many steps the per-layer timing runs: each step at level "layers", else the setting's period."""
+    return 1 if level == "layers" else settings.hooks_layer_every
 
 
 def child_env(*, job_id: str, server_url: str | None, token: str | None, level: str = "default",

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 from agent.config import AgentSettings
 from agent.hooks.device_memory import JaxMemory
+from agent.hooks.env import block_level, install_level
 from agent.hooks.events import EventFactory, sample_count
 from agent.hooks.fingerprint import JAX, ModelFingerprint
 from agent.hooks.framework_info import host_memory_bytes
@@ -260,10 +261,7 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         if _current is not None:
             return _current
         settings = settings or AgentSettings()
-        if settings.hooks_level == "off":
-            return None
-        if not settings.job_id or not (settings.server_url or transport):
-            log.info("fleetprof hooks: no job id or server URL; hooks not installed")
+        if install_level(settings, can_send=bool(settings.server_url or transport)) is None or not settings.job_id:
             return None
         import jax
 
@@ -280,7 +278,7 @@ def install_block(jax: Any, job_id: str, transport: Client,
     None when the hooks are off, or when this process is already profiled."""
     global _current
     settings = settings or AgentSettings()
-    if settings.hooks_level == "off":
+    if block_level(settings) is None:
         return None
     with _install_lock:
         if _current is not None:

@@ -48,6 +48,7 @@ from typing import Any
 
 from agent.config import AgentSettings
 from agent.hooks.device_memory import JaxMemory, TfMemory
+from agent.hooks.env import LEVELS, block_level, install_level, layer_every
 from agent.hooks.events import EventFactory
 from agent.hooks.fingerprint import ModelFingerprint, keras_optimizer_name, keras_precision
 from agent.hooks.framework_info import host_memory_bytes
@@ -57,7 +58,6 @@ from fleetprof.client import Client
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("off", "default", "layers")
 
 _current: KerasProfiler | None = None
 _install_lock = threading.Lock()
@@ -499,14 +499,8 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
             return _current
         keras = importlib.import_module("keras")  # the job's own, already imported (sitecustomize)
         settings = settings or AgentSettings()
-        level = settings.hooks_level
-        if level == "off":
-            return None
-        if level not in LEVELS:
-            log.warning("fleetprof hooks: unknown FLEETPROF_HOOKS_LEVEL=%r; using 'default'", level)
-            level = "default"
-        if not settings.job_id or not (settings.server_url or transport):
-            log.info("fleetprof hooks: no job id or server URL; hooks not installed")
+        level = install_level(settings, can_send=bool(settings.server_url or transport))
+        if level is None or settings.job_id is None:
             return None
         torch_prof = _torch_profiler()  # one sender for the process: the PyTorch hooks' when they came first
         sender = torch_prof.sender if torch_prof is not None else None
@@ -514,7 +508,7 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
             transport = transport or Client(settings.server_url or "", settings.token, timeout_s=5.0)
             sender = EventSender(transport)
         prof = KerasProfiler(keras, job_id=settings.job_id, sender=sender, level=level,
-                             layer_every=1 if level == "layers" else settings.hooks_layer_every)
+                             layer_every=layer_every(level, settings))
         import multiprocessing
 
         prof.install(send_job_start=multiprocessing.parent_process() is None)
@@ -530,15 +524,15 @@ def install_block(keras: Any, job_id: str, transport: Client,
     enclosing block)."""
     global _current
     settings = settings or AgentSettings()
-    level = settings.hooks_level if settings.hooks_level in LEVELS else "default"
-    if level == "off":
+    level = block_level(settings)
+    if level is None:
         return None
     with _install_lock:
         if _current is not None:
             log.info("fleetprof hooks: Keras is already profiled in this process; the block adds no hooks")
             return None
         prof = KerasProfiler(keras, job_id=job_id, sender=EventSender(transport), level=level,
-                             layer_every=1 if level == "layers" else settings.hooks_layer_every)
+                             layer_every=layer_every(level, settings))
         prof.install(process_hooks=False)
         _current = prof
         return prof

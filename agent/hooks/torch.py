@@ -49,6 +49,7 @@ from agent.hooks.alloc_trace import AllocTracer
 from agent.hooks.capture import CaptureManager
 from agent.hooks.device_time import DeviceTimer
 from agent.hooks.discovery import ModelDiscovery
+from agent.hooks.env import LEVELS, block_level, install_level, layer_every
 from agent.hooks.events import EventFactory, sample_count
 from agent.hooks.flops import StepFlops
 from agent.hooks.framework_info import FrameworkInfo
@@ -60,7 +61,6 @@ from fleetprof.client import Client
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("off", "default", "layers")
 _OOM_TYPES: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
 
 _current: Profiler | None = None
@@ -419,18 +419,12 @@ def install(settings: AgentSettings | None = None, *, transport: Client | None =
         if _current is not None:
             return _current
         settings = settings or AgentSettings()
-        level = settings.hooks_level
-        if level == "off":
-            return None
-        if level not in LEVELS:
-            log.warning("fleetprof hooks: unknown FLEETPROF_HOOKS_LEVEL=%r; using 'default'", level)
-            level = "default"
-        if not settings.job_id or not (settings.server_url or transport):
-            log.info("fleetprof hooks: no job id or server URL; hooks not installed")
+        level = install_level(settings, can_send=bool(settings.server_url or transport))
+        if level is None or settings.job_id is None:
             return None
         transport = transport or Client(settings.server_url or "", settings.token, timeout_s=5.0)
         prof = Profiler(job_id=settings.job_id, sender=EventSender(transport), level=level,
-                        layer_every=1 if level == "layers" else settings.hooks_layer_every,
+                        layer_every=layer_every(level, settings),
                         alloc_trace_steps=settings.hooks_alloc_trace_steps,
                         profile_steps=settings.hooks_profile_steps,
                         capture_poll_s=settings.hooks_capture_poll_s, flop_count=settings.hooks_flop_count)
@@ -449,8 +443,8 @@ def install_block(job_id: str, transport: Client, settings: AgentSettings | None
     already profiled (`fleetprof run`, an enclosing block): its profiler keeps counting the steps."""
     global _current
     settings = settings or AgentSettings()
-    level = settings.hooks_level if settings.hooks_level in LEVELS else "default"
-    if level == "off":
+    level = block_level(settings)
+    if level is None:
         return None
     with _install_lock:
         if _current is not None:
@@ -458,10 +452,10 @@ def install_block(job_id: str, transport: Client, settings: AgentSettings | None
                      _current.job_id)
             return None
         prof = Profiler(job_id=job_id, sender=EventSender(transport), level=level,
-                        layer_every=1 if level == "layers" else settings.hooks_layer_every,
+                        layer_every=layer_every(level, settings),
                         alloc_trace_steps=settings.hooks_alloc_trace_steps,
                         profile_steps=settings.hooks_profile_steps,
-                        capture_poll_s=settings.hooks_capture_poll_s)
+                        capture_poll_s=settings.hooks_capture_poll_s, flop_count=settings.hooks_flop_count)
         prof.install(process_hooks=False)
         _current = prof
         return prof
