@@ -24,7 +24,7 @@ class Gpu(Base):
     mig_parent_uuid: Mapped[str | None] = mapped_column(String(200))
     power_source: Mapped[str | None] = mapped_column(String(100))
     power_limit_w: Mapped[float | None] = mapped_column(Float)
-    max_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)  # nvmlDeviceGetMaxClockInfo(SM), migration 0014
+    max_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)  # nvmlDeviceGetMaxClockInfo(SM), migration 0016
     slowdown_temperature_c: Mapped[float | None] = mapped_column(Float)  # NVML temperature threshold SLOWDOWN
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
     last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -6,9 +6,10 @@ from sqlalchemy import BigInteger, Float, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from server.models.base import Base, BigId, UtcDateTime
+from server.models.rollup import GoodputSeconds
 
 
-class GpuJobHourly(Base):
+class GpuJobHourly(GoodputSeconds, Base):
     """A job's share of a GPU's hour (server.analysis.fleet.rollup.attributed_rollup over the job↔GPU windows of
     `job_gpus`); `job_pk` null = the GPU's time outside every job. The rows of one GPU and hour add up to its
     `gpu_hourly` row. Team rollups group these by the job's current team."""
@@ -30,12 +31,3 @@ class GpuJobHourly(Base):
     energy_source: Mapped[str | None] = mapped_column(String(32))
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     util_mean_pct: Mapped[float | None] = mapped_column(Float)
-    # Goodput (server.analysis.fleet.goodput): the util-known time split four ways; null: before migration 0014.
-    idle_s: Mapped[float | None] = mapped_column(Float)
-    stalled_s: Mapped[float | None] = mapped_column(Float)
-    throttled_s: Mapped[float | None] = mapped_column(Float)
-    productive_s: Mapped[float | None] = mapped_column(Float)
-    # Seconds under each slowdown clock-event reason (health.reasons); null: no reasons reading (or before 0014).
-    thermal_s: Mapped[float | None] = mapped_column(Float)
-    power_cap_s: Mapped[float | None] = mapped_column(Float)
-    hw_slowdown_s: Mapped[float | None] = mapped_column(Float)

@@ -50,7 +50,7 @@ class GpuSample(Base):
     power_limit_w: Mapped[float | None] = mapped_column(Float)  # enforced at the sample (migration 0012)
     app_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
     app_mem_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    # GPM (Hopper+, migration 0014): percent over the interval, bytes/s
+    # GPM (Hopper+, migration 0016): percent over the interval, bytes/s
     gpm_sm_activity_pct: Mapped[float | None] = mapped_column(Float)
     gpm_sm_occupancy_pct: Mapped[float | None] = mapped_column(Float)
     gpm_tensor_activity_pct: Mapped[float | None] = mapped_column(Float)
@@ -59,7 +59,7 @@ class GpuSample(Base):
     gpm_pcie_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
     gpm_nvlink_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
     gpm_nvlink_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float)
-    # health counters (cumulative; flags 0/1), migration 0014
+    # health counters (cumulative; flags 0/1), migration 0016
     ecc_corrected_volatile: Mapped[int | None] = mapped_column(BigInteger)
     ecc_uncorrected_volatile: Mapped[int | None] = mapped_column(BigInteger)
     retired_pages_sbe: Mapped[int | None] = mapped_column(BigInteger)

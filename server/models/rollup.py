@@ -8,7 +8,21 @@ from sqlalchemy.orm import Mapped, mapped_column
 from server.models.base import Base, UtcDateTime
 
 
-class GpuHourly(Base):
+class GoodputSeconds:
+    """The hour's seconds by what the GPU did (goodput, issue #20), a column set both rollup tables carry."""
+
+    # Goodput (server.analysis.fleet.goodput): the util-known time split four ways; null: before migration 0015.
+    idle_s: Mapped[float | None] = mapped_column(Float)
+    stalled_s: Mapped[float | None] = mapped_column(Float)
+    throttled_s: Mapped[float | None] = mapped_column(Float)
+    productive_s: Mapped[float | None] = mapped_column(Float)
+    # Seconds under each slowdown clock-event reason (health.reasons); null: no reasons reading (or before 0015).
+    thermal_s: Mapped[float | None] = mapped_column(Float)
+    power_cap_s: Mapped[float | None] = mapped_column(Float)
+    hw_slowdown_s: Mapped[float | None] = mapped_column(Float)
+
+
+class GpuHourly(GoodputSeconds, Base):
     """Hourly rollup per GPU (server.analysis.fleet.rollup.hourly_rollup), kept after raw samples expire."""
 
     __tablename__ = "gpu_hourly"
@@ -26,15 +40,6 @@ class GpuHourly(Base):
     energy_source: Mapped[str | None] = mapped_column(String(32))
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     util_mean_pct: Mapped[float | None] = mapped_column(Float)
-    # Goodput (server.analysis.fleet.goodput): the util-known time split four ways; null: before migration 0014.
-    idle_s: Mapped[float | None] = mapped_column(Float)
-    stalled_s: Mapped[float | None] = mapped_column(Float)
-    throttled_s: Mapped[float | None] = mapped_column(Float)
-    productive_s: Mapped[float | None] = mapped_column(Float)
-    # Seconds under each slowdown clock-event reason (health.reasons); null: no reasons reading (or before 0014).
-    thermal_s: Mapped[float | None] = mapped_column(Float)
-    power_cap_s: Mapped[float | None] = mapped_column(Float)
-    hw_slowdown_s: Mapped[float | None] = mapped_column(Float)
 
 
 class RollupBacklog(Base):
