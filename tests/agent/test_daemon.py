@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import AgentSettings
-from agent.daemon import Agent, SourceError, open_devices, run_agent
+from agent.daemon import SLEEP_MAX_S, Agent, SourceError, open_devices, run_agent, wait_until
 from agent.devices.nvml import NvmlDevices
 from tests.agent.collector import Collector
 from tests.agent.conftest import make_fake
@@ -107,3 +107,37 @@ def test_cli_agent_stops_cleanly_on_sigterm(tmp_path: Path, collector: Collector
     assert proc.returncode == 0, err
     assert all(b.node == "cli-node" for b in collector.batches.values())
     assert "stopping" in err
+
+
+def test_wait_until_sleeps_short_waits_and_ends_long_ones_on_stop() -> None:
+    """The sampling loop's wait: a short one is a plain sleep of its length (cheaper per wake-up than a timed
+    Event.wait), a long one ends as soon as `stop` is set."""
+    stop = threading.Event()
+    t0 = time.monotonic()
+    wait_until(stop, 0.05)
+    assert 0.045 <= time.monotonic() - t0 < 0.05 + SLEEP_MAX_S
+    wait_until(stop, -1.0)  # overdue: no wait
+    threading.Timer(0.1, stop.set).start()
+    t0 = time.monotonic()
+    wait_until(stop, 30.0)
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_agent_with_default_cadences_stops_promptly(tmp_path: Path, collector: Collector) -> None:
+    """With the default 1 s interval and 10 Hz peaks the loop sleeps rather than waits on the stop event: a stop is
+    still noticed within a fast interval (plus the final batch and flush), and the 10 Hz peak ticks happen."""
+    nvml = make_fake(2)
+    agent = Agent(settings(tmp_path, collector, interval_s=1.0, fast_interval_s=0.1, batch_interval_s=5.0),
+                  NvmlDevices(nvml))
+    stop = threading.Event()
+    t = threading.Thread(target=agent.run, args=(stop,))
+    t.start()
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    stop.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert time.monotonic() - t0 < 3.0
+    # 10 Hz memory readings of both GPUs over 1.5 s: well over the 2 full readings' worth
+    assert nvml.calls.get("nvmlDeviceGetMemoryInfo", 0) >= 2 * 10
+    assert len(collector.rows()) >= 2  # the final batch, cut and shipped at the stop
