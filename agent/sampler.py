@@ -3,7 +3,9 @@
 Two cadences:
 - `tick_fast()` (every `fast_interval_s`, 10 Hz by default) reads only memory used and power, the cheap pair,
   and keeps a running mean and max per GPU, so that a memory peak shorter than the shipping interval is not
-  missed (`memory_used_max_bytes`, `power_max_w`);
+  missed (`memory_used_max_bytes`, `power_max_w`). A GPU idle at the last full reading (no process listed and
+  memory used unchanged since the reading before) is skipped until the next full reading: its row's mean and max
+  are the full reading's;
 - `sample()` (every `interval_s`) takes a full reading of every GPU, closes the interval's mean/max, lists the
   GPU processes and attributes them to jobs.
 Cadence of each shipped field (the device layer decides what it reads when: agent/devices/nvml.py):
@@ -141,6 +143,10 @@ class Sampler:
         self._intervals = [_Interval() for _ in self._gpus]
         self._spare = [_Interval() for _ in self._gpus]  # swapped with _intervals at each full reading
         self._healthy = [True] * len(self._gpus)
+        # idle at the last full reading (no process listed, memory used as at the reading before): no 10 Hz ticks
+        # until the next full reading, which decides again; memory used at the last full reading, per GPU
+        self._idle = [False] * len(self._gpus)
+        self._last_mem: list[int | None] = [None] * len(self._gpus)
         self._xid_last: list[int | None] = [None] * len(self._gpus)
         self._pending = _Pending()
         self._row_template: dict[str, Any] = dict.fromkeys(_FIELD_NAMES)
@@ -171,9 +177,10 @@ class Sampler:
     # ------------------------------------------------------------------------------------------ sampling
 
     def tick_fast(self) -> None:
+        idle, healthy = self._idle, self._healthy
         for slot, acc in enumerate(self._intervals):
-            if not self._healthy[slot]:
-                continue  # retried by the full reading, once per interval
+            if idle[slot] or not healthy[slot]:
+                continue  # idle: nothing can peak; unhealthy: retried by the full reading, once per interval
             try:
                 acc.add(*self.devices.read_fast(slot))
             except GpuLostError as exc:
@@ -212,13 +219,18 @@ class Sampler:
             row = self._row_template.copy()  # every field None, in SAMPLE_FIELDS order
             row.update(self._row(slot, reading, acc))
             pend.rows.append(tuple(row.values()))
+            self._idle[slot] = False
             if reading is None:
                 continue
+            mem, self._last_mem[slot] = self._last_mem[slot], reading.memory_used_bytes
             try:
                 procs = self.devices.processes(slot)
             except DeviceError as exc:
                 log.debug("process list of GPU %s failed: %s", gpu.uuid, exc)
                 continue
+            # No process and memory unchanged since the previous full reading: skip the 10 Hz reads until the next
+            # one (a job starting meanwhile is listed there, and its GPU ticks at 10 Hz from then on)
+            self._idle[slot] = not procs and mem is not None and mem == reading.memory_used_bytes
             for p in procs:
                 live_pids.add(p.pid)
                 job_id, how = p.job_id, p.attribution

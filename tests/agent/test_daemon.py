@@ -126,7 +126,7 @@ def test_wait_until_sleeps_short_waits_and_ends_long_ones_on_stop() -> None:
 def test_agent_with_default_cadences_stops_promptly(tmp_path: Path, collector: Collector) -> None:
     """With the default 1 s interval and 10 Hz peaks the loop sleeps rather than waits on the stop event: a stop is
     still noticed within a fast interval (plus the final batch and flush), and the 10 Hz peak ticks happen."""
-    nvml = make_fake(2)
+    nvml = make_fake(2, compute_processes=[(os.getpid(), 1 << 30)])  # busy GPUs: ticked at 10 Hz throughout
     agent = Agent(settings(tmp_path, collector, interval_s=1.0, fast_interval_s=0.1, batch_interval_s=5.0),
                   NvmlDevices(nvml))
     stop = threading.Event()
