@@ -141,3 +141,39 @@ def test_agent_with_default_cadences_stops_promptly(tmp_path: Path, collector: C
     # 10 Hz memory readings of both GPUs over 1.5 s: well over the 2 full readings' worth
     assert nvml.calls.get("nvmlDeviceGetMemoryInfo", 0) >= 2 * 10
     assert len(collector.rows()) >= 2  # the final batch, cut and shipped at the stop
+
+
+def test_full_reading_stands_in_for_the_fast_tick_due_with_it(tmp_path: Path, collector: Collector,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1 s / 10 Hz every 10th fast tick falls due with the full reading, which reads memory and power of every
+    GPU itself: that tick is not made. On a virtual clock (each wake-up 0.5 ms late, as a real one is): one memory
+    reading per GPU and 100 ms, the full readings' included, and every interval's row aggregates 10 of them."""
+    import agent.daemon as daemon
+
+    now = [1000.0]
+    stop = threading.Event()
+
+    class VirtualTime:
+        time = staticmethod(time.time)
+
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            now[0] += seconds + 0.0005
+            if now[0] >= 1000.0 + 3.05:
+                stop.set()
+
+    nvml = make_fake(2, compute_processes=[(os.getpid(), 1 << 30)])
+    agent = Agent(settings(tmp_path, collector, interval_s=1.0, fast_interval_s=0.1, batch_interval_s=100.0),
+                  NvmlDevices(nvml))
+    before = nvml.calls["nvmlDeviceGetMemoryInfo"]
+    monkeypatch.setattr(daemon, "time", VirtualTime)
+    agent.run(stop)
+    monkeypatch.undo()
+    assert agent.samples_spooled == 2 * 3  # full readings at 1, 2 and 3 s
+    reads = nvml.calls["nvmlDeviceGetMemoryInfo"] - before
+    # one per GPU at each grid point 0.0, 0.1, ..., 3.0 (31), the full readings' included (not 31 + 3)
+    assert reads == 2 * 31, reads
