@@ -31,15 +31,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import httpx
 
-from fleetprof.api_models import Capture, CaptureList, CharacterizationOut, CompareOut, ProjectionOut
 from fleetprof.jobid import job_path
-from fleetprof.report import JobReport
 from fleetprof.settings import ClientSettings, connection, load_client_settings
+
+if TYPE_CHECKING:  # imported where used: the node agent ships batches with this client and never needs these
+    # models (their pydantic schemas cost it ~4 MB of RSS and 0.1 s of start-up)
+    from fleetprof.api_models import Capture, CharacterizationOut, CompareOut, ProjectionOut
+    from fleetprof.report import JobReport
 
 log = logging.getLogger(__name__)
 
@@ -298,17 +301,23 @@ class Client:
 
     def compare(self, job_ids: list[str]) -> CompareOut:
         """GET /api/v1/jobs/compare: the runs side by side, the first the baseline, with what each applied."""
+        from fleetprof.api_models import CompareOut
+
         return CompareOut.model_validate(self.get_json(f"{JOBS_PATH}/compare", ids=",".join(job_ids)))
 
     def characterization(self, *, fingerprint: str | None = None, job_ids: list[str] | None = None,
                          limit: int = 50) -> CharacterizationOut:
         """GET /api/v1/jobs/characterization: one model across configurations, for a fingerprint or chosen runs."""
+        from fleetprof.api_models import CharacterizationOut
+
         return CharacterizationOut.model_validate(self.get_json(
             f"{JOBS_PATH}/characterization", fingerprint=fingerprint,
             ids=",".join(job_ids) if job_ids is not None else None, limit=limit))
 
     def report(self, job_id: str, *, refresh: bool = False) -> JobReport:
         """The job's characterization, typed. `refresh` recomputes it now instead of a cached report."""
+        from fleetprof.report import JobReport
+
         return JobReport.model_validate(self.report_json(job_id, refresh=refresh))
 
     def report_json(self, job_id: str, *, refresh: bool = False) -> Json:
@@ -338,6 +347,8 @@ class Client:
     def projection(self, job_id: str, gpu: str) -> ProjectionOut:
         """GET /api/v1/jobs/{job_id}/projection: the job's step time, power, energy per step and memory projected
         onto the GPU type `gpu` (a catalogue name), each with its band."""
+        from fleetprof.api_models import ProjectionOut
+
         return ProjectionOut.model_validate(self.get_json(job_path(job_id, "projection"), gpu=gpu))
 
     def timeseries(self, job_id: str, metric: str, *, points: int = 1000, since: float | None = None,
@@ -411,12 +422,16 @@ class Client:
     # ------------------------------------------------------------------------------------------ live captures
     def captures(self, job_id: str, *, state: str | None = None) -> list[Capture]:
         """GET /api/v1/jobs/{job_id}/captures: the job's captures, newest first (`state`: only those in it)."""
+        from fleetprof.api_models import CaptureList
+
         return CaptureList.model_validate(self.get_json(job_path(job_id, "captures"), state=state)).captures
 
     def request_capture(self, job_id: str, *, kind: str = "kineto", steps: int = 5,
                         ranks: list[int] | None = None) -> Capture:
         """POST /api/v1/jobs/{job_id}/captures: ask the running job's hooks to capture `steps` steps (`kind`
         kineto or allocator) on `ranks` (None: every rank). The answer is the capture, `requested`."""
+        from fleetprof.api_models import Capture
+
         return Capture.model_validate(self.post_json(job_path(job_id, "captures"),
                                                      {"kind": kind, "steps": steps, "ranks": ranks}))
 
@@ -430,6 +445,8 @@ class Client:
                 raise ApiError(404, f"capture {capture_id!r} of job {job_id!r} not found", method="GET",
                                path=job_path(job_id, "captures"))
             return found[0]
+        from fleetprof.api_models import Capture
+
         return Capture.model_validate(self.post_json(job_path(job_id, "captures", capture_id, "state"),
                                                      {"state": state, "reason": reason, "rank": rank}))
 

@@ -105,6 +105,9 @@ _GPM_METRICS = (
 )
 
 
+_c_field = ctypes.Structure.__getattribute__  # a ctypes structure's field, without a subclass's override
+
+
 def _codes(nvml: Any, names: tuple[str, ...]) -> frozenset[int]:
     return frozenset(getattr(nvml, "NVML_ERROR_" + n) for n in names if hasattr(nvml, "NVML_ERROR_" + n))
 
@@ -160,10 +163,14 @@ class _Gpm:
     """One GPU's GPM state: two sample buffers (the previous reading's and this one's, swapped after each reading)
     and the metrics request, built once (its metric ids set) and filled by every nvmlGpmMetricsGet."""
 
-    __slots__ = ("prev", "cur", "request", "attrs", "have_prev")
+    __slots__ = ("prev", "cur", "request", "attrs", "metrics", "have_prev")
 
     def __init__(self, prev: Any, cur: Any, request: Any, attrs: list[tuple[str, float]]):
         self.prev, self.cur, self.request, self.attrs = prev, cur, request, attrs
+        # the request's metric entries, looked up once: views into its buffer, which every nvmlGpmMetricsGet fills
+        # (pynvml's structures override __getattribute__ in Python: reading them through it costs ~1 us a field)
+        metrics = request.metrics
+        self.metrics = [(metrics[i], attr, factor) for i, (attr, factor) in enumerate(attrs)]
         self.have_prev = False
 
 
@@ -631,10 +638,10 @@ class NvmlDevices(Devices):
                 request.sample1, request.sample2 = state.prev, state.cur
                 self._call(slot, nvml.nvmlGpmMetricsGet, request)
                 success = self._success
-                for i, (attr, factor) in enumerate(state.attrs):
-                    m = request.metrics[i]
-                    if m.nvmlReturn == success:
-                        setattr(r, attr, m.value * factor)
+                field = _c_field  # the ctypes field itself, past pynvml's Python __getattribute__
+                for m, attr, factor in state.metrics:
+                    if field(m, "nvmlReturn") == success:
+                        setattr(r, attr, field(m, "value") * factor)
         except (FieldNotSupportedError, DevicePermissionError) as err:
             self._gpm[slot] = None
             self._free_gpm(state)

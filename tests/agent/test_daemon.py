@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import AgentSettings
-from agent.daemon import Agent, SourceError, open_devices, run_agent
+from agent.daemon import SLEEP_MAX_S, Agent, SourceError, open_devices, run_agent, wait_until
 from agent.devices.nvml import NvmlDevices
 from tests.agent.collector import Collector
 from tests.agent.conftest import make_fake
@@ -107,3 +107,73 @@ def test_cli_agent_stops_cleanly_on_sigterm(tmp_path: Path, collector: Collector
     assert proc.returncode == 0, err
     assert all(b.node == "cli-node" for b in collector.batches.values())
     assert "stopping" in err
+
+
+def test_wait_until_sleeps_short_waits_and_ends_long_ones_on_stop() -> None:
+    """The sampling loop's wait: a short one is a plain sleep of its length (cheaper per wake-up than a timed
+    Event.wait), a long one ends as soon as `stop` is set."""
+    stop = threading.Event()
+    t0 = time.monotonic()
+    wait_until(stop, 0.05)
+    assert 0.045 <= time.monotonic() - t0 < 0.05 + SLEEP_MAX_S
+    wait_until(stop, -1.0)  # overdue: no wait
+    threading.Timer(0.1, stop.set).start()
+    t0 = time.monotonic()
+    wait_until(stop, 30.0)
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_agent_with_default_cadences_stops_promptly(tmp_path: Path, collector: Collector) -> None:
+    """With the default 1 s interval and 10 Hz peaks the loop sleeps rather than waits on the stop event: a stop is
+    still noticed within a fast interval (plus the final batch and flush), and the 10 Hz peak ticks happen."""
+    nvml = make_fake(2, compute_processes=[(os.getpid(), 1 << 30)])  # busy GPUs: ticked at 10 Hz throughout
+    agent = Agent(settings(tmp_path, collector, interval_s=1.0, fast_interval_s=0.1, batch_interval_s=5.0),
+                  NvmlDevices(nvml))
+    stop = threading.Event()
+    t = threading.Thread(target=agent.run, args=(stop,))
+    t.start()
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    stop.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert time.monotonic() - t0 < 3.0
+    # 10 Hz memory readings of both GPUs over 1.5 s: well over the 2 full readings' worth
+    assert nvml.calls.get("nvmlDeviceGetMemoryInfo", 0) >= 2 * 10
+    assert len(collector.rows()) >= 2  # the final batch, cut and shipped at the stop
+
+
+def test_full_reading_stands_in_for_the_fast_tick_due_with_it(tmp_path: Path, collector: Collector,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1 s / 10 Hz every 10th fast tick falls due with the full reading, which reads memory and power of every
+    GPU itself: that tick is not made. On a virtual clock (each wake-up 0.5 ms late, as a real one is): one memory
+    reading per GPU and 100 ms, the full readings' included, and every interval's row aggregates 10 of them."""
+    import agent.daemon as daemon
+
+    now = [1000.0]
+    stop = threading.Event()
+
+    class VirtualTime:
+        time = staticmethod(time.time)
+
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            now[0] += seconds + 0.0005
+            if now[0] >= 1000.0 + 3.05:
+                stop.set()
+
+    nvml = make_fake(2, compute_processes=[(os.getpid(), 1 << 30)])
+    agent = Agent(settings(tmp_path, collector, interval_s=1.0, fast_interval_s=0.1, batch_interval_s=100.0),
+                  NvmlDevices(nvml))
+    before = nvml.calls["nvmlDeviceGetMemoryInfo"]
+    monkeypatch.setattr(daemon, "time", VirtualTime)
+    agent.run(stop)
+    monkeypatch.undo()
+    assert agent.samples_spooled == 2 * 3  # full readings at 1, 2 and 3 s
+    reads = nvml.calls["nvmlDeviceGetMemoryInfo"] - before
+    # one per GPU at each grid point 0.0, 0.1, ..., 3.0 (31), the full readings' included (not 31 + 3)
+    assert reads == 2 * 31, reads

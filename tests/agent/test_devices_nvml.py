@@ -91,6 +91,62 @@ def test_peaks_between_samples_are_kept() -> None:
     assert c.power_max_w == [400.0] and c.power_w == [175.0]
 
 
+def test_busy_gpu_spike_between_shipping_intervals_is_caught_at_10_hz() -> None:
+    """In the steady state (several full readings done), a GPU with a process is read at every fast tick: a
+    memory spike that starts and ends between two full readings is in that interval's max, not in the next."""
+    fake = make_fake(1, compute_processes=[(4242, 2 << 30)])
+    g = fake.gpus[0]
+    s = sampler_for(NvmlDevices(fake))
+    for _ in range(3):  # steady state: memory unchanged across full readings, as an idle GPU's would be
+        for _ in range(9):
+            s.tick_fast()
+        s.sample()
+    s.make_batch()
+    for tick in range(9):
+        g.memory_used_bytes = (30 << 30) if tick == 4 else (1 << 30)  # one tick of 100 ms at 30 GiB
+        s.tick_fast()
+    s.sample()
+    for _ in range(9):
+        s.tick_fast()
+    s.sample()
+    c = s.make_batch().samples  # type: ignore[union-attr]
+    assert c.memory_used_max_bytes == [30 << 30, 1 << 30]
+    assert c.memory_used_bytes == [(8 * (1 << 30) + (30 << 30) + (1 << 30)) // 10, 1 << 30]
+
+
+def test_idle_gpu_skips_fast_ticks_until_a_process_appears() -> None:
+    """No process and memory unchanged since the previous full reading: no 10 Hz NVML reads until the next full
+    reading; a process listed there (or memory that moved) brings the ticks back, and their peaks."""
+    fake = make_fake(2)
+    fake.gpus[0].compute_processes = [(4242, 2 << 30)]  # GPU 0 busy, GPU 1 idle
+    idle = fake.gpus[1]
+    s = sampler_for(NvmlDevices(fake))
+    s.sample()
+    s.sample()  # the second full reading sees GPU 1 with no process and the same memory: idle
+    s.make_batch()
+    before = fake.calls.get("nvmlDeviceGetMemoryInfo", 0)
+    for _ in range(9):
+        s.tick_fast()
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] - before == 9  # GPU 0's only
+    idle.memory_used_bytes = 5 << 30  # memory moved with no process listed (yet)
+    s.sample()
+    c = s.make_batch().samples  # type: ignore[union-attr]
+    assert c.memory_used_bytes == [1 << 30, 5 << 30]  # the idle GPU's row: its full reading's value
+    before = fake.calls["nvmlDeviceGetMemoryInfo"]
+    idle.compute_processes = [(4343, 8 << 30)]
+    for tick in range(9):  # memory changed at the last full reading: ticked again
+        idle.memory_used_bytes = (12 << 30) if tick == 2 else (5 << 30)
+        s.tick_fast()
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] - before == 18
+    s.sample()
+    for _ in range(3):  # a process is listed now: still ticked though memory is unchanged
+        s.tick_fast()
+    s.sample()
+    c = s.make_batch().samples  # type: ignore[union-attr]
+    assert c.memory_used_max_bytes[1::2] == [12 << 30, 5 << 30]
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] - before == 18 + 2 + 6 + 2
+
+
 def test_unsupported_field_is_null_logged_once_and_not_asked_again(caplog: pytest.LogCaptureFixture) -> None:
     fake = make_fake(2)
     fake.gpus[1].unsupported = {"nvmlDeviceGetPcieThroughput", "energy", "power_instant", "ecc"}

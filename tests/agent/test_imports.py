@@ -41,3 +41,16 @@ def test_core_agent_and_hooks_modules_import_no_framework(repo_root: Path) -> No
     assert "agent.hooks.keras" in loaded and "agent.hooks.jax" in loaded  # imported, so the check means something
     bad = [m for m in loaded if m.split(".")[0] in FRAMEWORKS]
     assert not bad, bad
+
+
+def test_node_agent_loads_no_report_or_api_models(repo_root: Path) -> None:
+    """The node agent ships batches through fleetprof.client but never reads a report: the report and API models
+    (their pydantic schemas, ~2.4 MB of the agent's RSS, whose target is 60 MB) are imported only where used."""
+    code = ("import importlib, json, sys\n"
+            "for m in ['agent.cli.agent', 'agent.daemon', 'fleetprof.client']: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout)
+    assert "fleetprof.client" in loaded and "agent.shipper" in loaded  # imported, so the check means something
+    assert "fleetprof.report" not in loaded
+    assert "fleetprof.api_models" not in loaded
