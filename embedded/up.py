@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -211,11 +212,11 @@ def run(args: argparse.Namespace) -> int:
         for t in [*threads, server_thread]:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
     left = [t.name for t in [*threads, server_thread] if t.is_alive()]
-    if left:
-        # The interpreter's exit would wait on the task pool's queued characterizations (executor threads are joined
-        # at exit, and drain their queue first): nothing there is worth keeping a stopped service for, since reports
-        # are recomputed on the next start. Say what was cut short and leave now.
-        print(f"fleetprof stopped (still running after 15 s, cut short: {', '.join(left)})", flush=True)
-        os._exit(0)
-    print("fleetprof stopped", flush=True)
-    return 0
+    print("fleetprof stopped" + (f" (still running after 15 s, cut short: {', '.join(left)})" if left else ""),
+          flush=True)
+    # Leave now rather than through the interpreter's teardown: it joins every worker pool the server made (task,
+    # readers, probes), and a pool mid-task or with queued characterizations would hold a stopped service for as long
+    # as they take. Everything durable is committed; reports are recomputed on the next start.
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(0)

@@ -10,6 +10,7 @@ import re
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import httpx
 import psutil
 
 from tests.conftest import free_port
-from tests.e2e.conftest import FLEETPROF, pids_alive, stop_process
+from tests.e2e.conftest import FLEETPROF, pids_alive
 
 
 def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> tuple[re.Match[str], str]:
@@ -45,6 +46,7 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> 
 def test_up_embedded_serves_replay_and_stops_on_sigint(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a hung stop can be made to print every thread's stack (SIGABRT, below)
     port, dash_port = free_port(), free_port()
     proc = subprocess.Popen([*FLEETPROF, "up", "--port", str(port), "--dashboard-port", str(dash_port)], cwd=tmp_path,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -81,8 +83,21 @@ def test_up_embedded_serves_replay_and_stops_on_sigint(tmp_path: Path) -> None:
         assert all(p["job_id"] == "demo-replay" and p["attribution"] == "replay" for p in mem["processes"]), mem
         assert httpx.get(f"http://127.0.0.1:{dash_port}/", timeout=30).status_code == 200
     finally:
-        rc = stop_process(proc, signal.SIGINT, timeout_s=40)
-        rest = proc.stdout.read() if proc.stdout else ""
+        # the rest of the output is read while it stops, so a full pipe can never hold it up
+        tail: list[str] = []
+        reader = threading.Thread(target=lambda: tail.extend(proc.stdout or []), daemon=True)
+        reader.start()
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack into the output
+            proc.wait(10)
+            reader.join(5)
+            raise AssertionError("fleetprof up did not stop within 40 s of SIGINT; its threads:\n"
+                                 + "".join(tail)[-8000:]) from None
+        reader.join(10)
+        rest = "".join(tail)
     assert rc == 0, rest
     assert "fleetprof stopped" in rest
     assert "Traceback" not in rest, rest
