@@ -282,12 +282,10 @@ def gpm_source_label(sample_source: str | None) -> str:
     return GPM_SOURCE + sample_source_suffix(sample_source)
 
 
-class GpmGpu(Section):
-    """One GPU's NVML GPM means over the job's samples; null: unknown (no GPM on this GPU, before Hopper or a MIG
-    device, or no sample with it)."""
+class GpmMeans(Section):
+    """NVML GPM means (Hopper and later) over some samples; null: unknown (no GPM, before Hopper or a MIG device, or
+    no sample with it). The job's GPUs, the job, and a node's recent window (GET /api/v1/gpus/gpm) carry them."""
 
-    gpu_uuid: str
-    samples: int = Field(description="the job's samples of this GPU that carry GPM values")
     sm_activity_mean_pct: float | None = Field(description="share of SMs busy (GPM SM_UTIL), mean over samples")
     sm_occupancy_mean_pct: float | None = Field(description="active warps against the maximum (GPM SM_OCCUPANCY)")
     tensor_activity_mean_pct: float | None = Field(description="share of time tensor cores were busy "
@@ -297,22 +295,21 @@ class GpmGpu(Section):
     pcie_rx_mean_bytes_per_s: float | None
     nvlink_tx_mean_bytes_per_s: float | None
     nvlink_rx_mean_bytes_per_s: float | None
+
+
+class GpmGpu(GpmMeans):
+    """One GPU's NVML GPM means over the job's samples."""
+
+    gpu_uuid: str
+    samples: int = Field(description="the job's samples of this GPU that carry GPM values")
     source: str | None = Field(description="'NVML GPM' (labelled for the NVML test double or a replay); null: unknown")
 
 
-class GpmSection(Section):
+class GpmSection(GpmMeans):
     """How much of the GPU the job used, where the hardware tells (NVML GPM, Hopper and later): the job's means are
     the means of its GPUs' means (each GPU weighs the same), over the GPUs that have GPM; null: unknown."""
 
     gpus_with_gpm: int
-    sm_activity_mean_pct: float | None
-    sm_occupancy_mean_pct: float | None
-    tensor_activity_mean_pct: float | None
-    dram_bw_util_mean_pct: float | None
-    pcie_tx_mean_bytes_per_s: float | None
-    pcie_rx_mean_bytes_per_s: float | None
-    nvlink_tx_mean_bytes_per_s: float | None
-    nvlink_rx_mean_bytes_per_s: float | None
     source: str | None = Field(description="'NVML GPM' (labelled for the NVML test double or a replay); null: no "
                                            "GPU of the job has GPM")
     gpus: list[GpmGpu]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from fleetprof.report import HealthFinding
+from fleetprof.report import GpmMeans, HealthFinding
 
 
 class GpuRead(BaseModel):
@@ -38,7 +38,7 @@ class NodeRead(BaseModel):
     last_seen_at: float | None
 
 
-class GpuGpmRead(BaseModel):
+class GpuGpmRead(GpmMeans):
     """One GPU's NVML GPM metrics over the recent window: means of the samples that carry them (null: unknown,
     the GPU has no GPM or sent none in the window)."""
 
@@ -50,11 +50,3 @@ class GpuGpmRead(BaseModel):
     last_ts: float | None = Field(description="epoch s of the latest sample with GPM values")
     source: str | None = Field(description="'NVML GPM', labelled when the data came from the NVML test double or a "
                                            "replayed recording; null without GPM samples")
-    sm_activity_mean_pct: float | None
-    sm_occupancy_mean_pct: float | None
-    tensor_activity_mean_pct: float | None
-    dram_bw_util_mean_pct: float | None
-    pcie_tx_mean_bytes_per_s: float | None
-    pcie_rx_mean_bytes_per_s: float | None
-    nvlink_tx_mean_bytes_per_s: float | None
-    nvlink_rx_mean_bytes_per_s: float | None
