@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard")
     parser.add_argument("--source", default=None,
                         help="agent source: nvml, or replay:FILE (default: nvml if a GPU is present, else a replay)")
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _gpu_present() -> bool:
@@ -197,8 +201,13 @@ def run(args: argparse.Namespace) -> int:
                 lines.append("  agent:      live NVML on this machine")
             start(lambda: run_agent(agent_settings, source=source, stop=stop), name="agent")
     lines.append(f"  operator token: {operator_token}")
-    print("\n".join(lines), flush=True)
+    # Ctrl-C (SIGINT) and a service manager's SIGTERM both stop it in order, from the moment the banner says it is
+    # up. Set here rather than left to Python: a process started from a non-interactive shell's background job
+    # inherits SIGINT ignored, which Python keeps.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
+        print("\n".join(lines), flush=True)
         while server_thread.is_alive():
             server_thread.join(0.5)
     except KeyboardInterrupt:
@@ -206,17 +215,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stop.set()
         server.should_exit = True
-        # One 15 s budget for all of them, not 10 s each: the threads are daemons, and a shutdown that waited on
-        # each in turn could take 40 s on a loaded machine (seen once in CI).
+        # One 15 s budget for all of them, not 15 s each (the threads are daemons).
         deadline = time.monotonic() + 15
         for t in [*threads, server_thread]:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
     left = [t.name for t in [*threads, server_thread] if t.is_alive()]
-    print("fleetprof stopped" + (f" (still running after 15 s, cut short: {', '.join(left)})" if left else ""),
-          flush=True)
-    # Leave now rather than through the interpreter's teardown: it joins every worker pool the server made (task,
-    # readers, probes), and a pool mid-task or with queued characterizations would hold a stopped service for as long
-    # as they take. Everything durable is committed; reports are recomputed on the next start.
-    logging.shutdown()
-    sys.stderr.flush()
-    os._exit(0)
+    if left:
+        # The interpreter's teardown would join the server's worker pools, one of them mid-task: leave now, since
+        # everything durable is committed and reports are recomputed on the next start.
+        print(f"fleetprof stopped (still running after 15 s, cut short: {', '.join(left)})", flush=True)
+        logging.shutdown()
+        os._exit(0)
+    print("fleetprof stopped", flush=True)
+    return 0

@@ -102,3 +102,33 @@ def test_up_embedded_serves_replay_and_stops_on_sigint(tmp_path: Path) -> None:
     assert "fleetprof stopped" in rest
     assert "Traceback" not in rest, rest
     assert pids_alive(children) == []
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a non-interactive shell's background job inherits
+
+
+def test_up_stops_in_order_on_sigterm_and_on_sigint_it_inherited_ignored(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPROF_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        port = free_port()
+        proc = subprocess.Popen([*FLEETPROF, "up", "--port", str(port), "--no-dashboard", "--no-agent"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=_ignore_sigint)
+        try:
+            assert proc.stdout is not None
+            # the banner arrives at once and nothing follows: read lines (blocking) rather than wait on the pipe
+            banner = ""
+            for line in iter(proc.stdout.readline, ""):
+                banner += line
+                if "operator token:" in line:
+                    break
+            assert "operator token:" in banner, banner
+            proc.send_signal(sig)
+            out, _ = proc.communicate(timeout=40)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+        assert proc.returncode == 0 and "fleetprof stopped" in out, (sig, proc.returncode, out)
