@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,9 +111,10 @@ def _shape(param: Any) -> list[int]:
     return [int(d) for d in getattr(param, "shape", ())]
 
 
-def describe_module(module: Any) -> ModuleTree:
-    """The `ModuleTree` of a PyTorch-like module (see the module docstring); wrappers unwrapped."""
-    root = unwrap(module)
+def _walk(root: Any, *, type_of: Callable[[Any], str], own_params: Callable[[Any], Iterable[tuple[str, Any]]],
+          children: Callable[[Any], Iterable[tuple[str, Any]]]) -> ModuleTree:
+    """Depth first in registration order from `root`: each node's type and own parameters' shapes, paths joined
+    with '.', at most MAX_MODULES nodes; a parameter met twice (shared weights) counts once."""
     nodes: list[ModuleNode] = []
     seen_params: set[int] = set()
     count = 0
@@ -123,52 +124,45 @@ def describe_module(module: Any) -> ModuleTree:
         if len(nodes) >= MAX_MODULES:
             truncated = True
             break
-        path, mod = stack.pop()
+        path, node = stack.pop()
         params = []
-        for name, p in mod.named_parameters(recurse=False):
-            params.append((name, _shape(p)))
+        for name, p in own_params(node):
+            shape = _shape(p)
+            params.append((name, shape))
             if id(p) not in seen_params:
                 seen_params.add(id(p))
                 n = 1
-                for d in _shape(p):
+                for d in shape:
                     n *= d
                 count += n
-        nodes.append(ModuleNode(path=path, type=type_name(mod), params=params))
-        children = [(f"{path}.{name}" if path else name, child) for name, child in mod.named_children()]
-        stack.extend(reversed(children))  # depth first, in registration order
-    return ModuleTree(root_type=type_name(root), modules=nodes, parameter_count=count, truncated=truncated)
+        nodes.append(ModuleNode(path=path, type=type_of(node), params=params))
+        stack.extend(reversed([(f"{path}.{name}" if path else name, child) for name, child in children(node)]))
+    return ModuleTree(root_type=type_of(root), modules=nodes, parameter_count=count, truncated=truncated)
+
+
+def describe_module(module: Any) -> ModuleTree:
+    """The `ModuleTree` of a PyTorch-like module (see the module docstring); wrappers unwrapped."""
+    return _walk(unwrap(module), type_of=type_name, own_params=lambda m: m.named_parameters(recurse=False),
+                 children=lambda m: m.named_children())
 
 
 def describe_keras_model(model: Any) -> ModuleTree:
     """The `ModuleTree` of a built Keras 3 model or layer (see the module docstring); duck-typed (`_layers`,
-    `_trainable_variables`), this package imports no keras."""
-    nodes: list[ModuleNode] = []
+    `_trainable_variables`), this package imports no keras. Layers are named by position: Keras' automatic names
+    change from run to run."""
     seen: set[int] = {id(model)}
-    count = 0
-    stack: list[tuple[str, Any]] = [("", model)]
-    truncated = False
-    while stack:
-        if len(nodes) >= MAX_MODULES:
-            truncated = True
-            break
-        path, layer = stack.pop()
-        params = []
-        for var in _own_keras_weights(layer):
-            shape = _shape(var)
-            params.append((str(getattr(var, "name", "")), shape))
-            n = 1
-            for d in shape:
-                n *= d
-            count += n
-        nodes.append(ModuleNode(path=path, type=type(layer).__qualname__, params=params))
-        children = []
+
+    def children(layer: Any) -> list[tuple[str, Any]]:
+        out = []
         for child in getattr(layer, "_layers", None) or ():
             if id(child) in seen or type(child).__name__ == "InputLayer":
                 continue  # a layer used twice (shared weights) is described where it was first met
             seen.add(id(child))
-            children.append(child)
-        stack.extend(reversed([(f"{path}.{i}" if path else str(i), c) for i, c in enumerate(children)]))
-    return ModuleTree(root_type=type(model).__qualname__, modules=nodes, parameter_count=count, truncated=truncated)
+            out.append(child)
+        return [(str(i), c) for i, c in enumerate(out)]
+
+    return _walk(model, type_of=lambda layer: type(layer).__qualname__, children=children,
+                 own_params=lambda layer: [(str(getattr(v, "name", "")), v) for v in _own_keras_weights(layer)])
 
 
 def _own_keras_weights(layer: Any) -> list[Any]:

@@ -20,6 +20,7 @@ from server.jobs import service as job_service
 from server.models.base import to_epoch
 from server.traces import service as trace_service
 from server.traces.schemas import TraceItem, TraceList, TraceRead
+from server.traces.service import DownloadFormat
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["traces"])
 
@@ -128,9 +129,9 @@ DOWNLOAD_CONTENT = {"application/json": {"schema": _DOWNLOAD_JSON},
                     "(memory_viz) or JSON")
 def download_trace(job_id: str, trace_id: Annotated[int, Path(ge=1, le=2**63 - 1)], principal: JobReaderAuth,
                    session: SessionDep, settings: SettingsDep,
-                   format: str | None = Query(None, max_length=20, description=(
+                   format: Annotated[DownloadFormat | None, Query(description=(
                        "original (as stored), json, or pickle (snapshots: what torch.cuda.memory._dump_snapshot "
-                       "writes); default: pickle for a snapshot, original for a Kineto trace")),
+                       "writes); default: pickle for a snapshot, original for a Kineto trace"))] = None,
                    ) -> Response:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
     trace = trace_service.get_trace(session, job=job, trace_id=trace_id)

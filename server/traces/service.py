@@ -16,7 +16,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import orjson
 from sqlalchemy import select
@@ -210,7 +210,8 @@ def discard_unreferenced_blob(session: Session, *, blob_dir: Path, key: str) -> 
 
 
 # ------------------------------------------------------------------------------------------ downloads (issue #22)
-DOWNLOAD_FORMATS = ("original", "json", "pickle")
+DownloadFormat = Literal["original", "json", "pickle"]
+DOWNLOAD_FORMATS: tuple[str, ...] = get_args(DownloadFormat)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,9 @@ def test_downloads_are_team_scoped_and_bad_input_is_4xx(api, make_token):
     assert api.get(f"/api/v1/jobs/dl-empty/traces/{trace_id}", headers=auth(vision)).status_code == 404
     assert api.get(path, params={"format": "pickle"}, headers=auth(vision)).status_code == 422  # Kineto: no pickle
     assert api.get(path, params={"format": "exe"}, headers=auth(vision)).status_code == 422
+    # a format nobody offers is refused as such, before any trace is looked up
+    r = api.get("/api/v1/jobs/dl-scope/traces/999999", params={"format": "exe"}, headers=auth(vision))
+    assert r.status_code == 422 and "format" in r.text, r.text
     assert api.get("/api/v1/jobs/dl-scope/traces/abc", headers=auth(vision)).status_code == 422
 
 
