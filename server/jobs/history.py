@@ -41,14 +41,17 @@ def rightsizing_history(session: Session, job: Job, *, limit: int,
     database = str(session.get_bind().engine.url)
     keys = [(database, pk, version, computed_at) for _, pk, computed_at in rows]
     found = cache.get_many(keys)
+    listed = {k[1]: k for k in keys}
     missing = [k[1] for k in keys if k not in found]
     if missing:
         fetched = session.execute(select(Report.job_pk, Report.computed_at, Report.data["rightsizing_inputs"])
                                   .where(Report.analyzer_version == version, Report.job_pk.in_(missing)))
         for pk, computed_at, data in fetched:
             if isinstance(data, dict):
-                key = (database, pk, version, computed_at)
-                found[key] = MappingProxyType(data)
-                cache.put(key, found[key])
-    # A report recomputed between the two reads has a new key and sits this answer out.
+                inputs: Mapping[str, Any] = MappingProxyType(data)
+                cache.put((database, pk, version, computed_at), inputs)
+                # A report recomputed between the two reads (a worker characterizing the run as it finishes) is
+                # the same run's newer answer: it stands in for the one listed instead of dropping the run.
+                found[listed[pk]] = inputs
     return [(job_id, found[k]) for (job_id, _, _), k in zip(rows, keys, strict=True) if k in found][::-1]
+

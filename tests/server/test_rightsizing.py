@@ -90,7 +90,7 @@ def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, 
     event.listen(db_session.get_bind(), "before_cursor_execute", listen)
     try:
         assert rightsizing_history(db_session, job, limit=50, cache=cache) == runs
-        assert len(statements) == 1 and "rightsizing_inputs" not in statements[0]  # no report document read
+        assert len(statements) == 1 and "reports.data" not in statements[0]  # no report document read
     finally:
         event.remove(db_session.get_bind(), "before_cursor_execute", listen)
     # bert-0 gets later samples and its report is recomputed: the cache cannot answer with the old one.
@@ -100,6 +100,40 @@ def test_history_inputs_come_from_the_cache_and_never_go_stale(api, make_token, 
     assert api.get("/api/v1/jobs/bert-0/report", params={"refresh": True}, headers=auth(op)).status_code == 200
     runs = rightsizing_history(db_session, job, limit=50, cache=cache)
     assert [(j, r["peak_used_bytes"]) for j, r in runs] == [("bert-0", 20 * 2**30), ("bert-1", 12 * 2**30)]
+
+
+def test_a_report_recomputed_between_the_two_reads_keeps_its_run(api, make_token, db_session):
+    """A worker characterizing a just-finished run upserts its report (a new computed_at) between the history's
+    list of reports and its read of their inputs: the run is answered with the newer report, not dropped."""
+    import datetime as dt
+
+    from sqlalchemy import event, select, update
+
+    from server.jobs.history import rightsizing_history
+    from server.jobs.service import find_job
+    from server.lru import LruCache
+    from server.models import Report
+
+    op, agent = make_token("operator"), make_token("agent", node="node-a")
+    t0 = time.time() - 86400
+    for i, gib in enumerate((10.0, 12.0)):
+        _run(api, op, agent, f"bert-{i}", i, t0 + 3600 * i, gib)
+    job = find_job(db_session, "bert-1")
+    engine = db_session.get_bind().engine
+
+    def recompute_first(conn, cursor, statement, *_):  # type: ignore[no-untyped-def]
+        if "reports.data" in statement:
+            with engine.begin() as other:  # another connection, committed before the read runs
+                stored = other.execute(select(Report.computed_at).where(Report.job_pk == job.id)).scalar_one()
+                other.execute(update(Report).where(Report.job_pk == job.id)
+                              .values(computed_at=stored + dt.timedelta(seconds=1)))
+
+    event.listen(db_session.get_bind(), "before_cursor_execute", recompute_first)
+    try:
+        runs = rightsizing_history(db_session, job, limit=50, cache=LruCache(max_entries=100))
+    finally:
+        event.remove(db_session.get_bind(), "before_cursor_execute", recompute_first)
+    assert [(j, r["peak_used_bytes"]) for j, r in runs] == [("bert-0", 10 * 2**30), ("bert-1", 12 * 2**30)]
 
 
 def test_rightsizing_cli_by_job_and_by_name(api, make_token, cli_env, live_server):
