@@ -9,6 +9,10 @@ Two sources nobody here wrote (tests/data/SOURCES.md):
 
 Per pair: projected vs measured time per epoch (or step) and energy, and whether the band covers the measurement.
 
+Fingerprint calibration (the product's first choice when the fleet has it): the same model (dataset, network,
+optimizer: what the fingerprint tells apart) measured on both GPUs at other batch sizes sets the ratio
+(`server.analysis.projection.calibrate`); the scored batch size is left out on every GPU but the source's own run.
+
 Telemetry basis: the compute-/memory-bound split comes from the source run's own mean power (the power rule
 inverted, shrunk towards a prior share) and the band is calibrated (a quantile of |log error|). Their three
 constants (shares.DEFAULT_COMPUTE_BOUND_SHARE, shares.POWER_SIGNAL_WEIGHT, project.TELEMETRY_BAND_LOG_HALFWIDTH)
@@ -39,6 +43,7 @@ import numpy as np
 
 from bench.report import write_report
 from server.analysis.base.gpu_catalog import find_model
+from server.analysis.projection import calibrate as calibrate_mod
 from server.analysis.projection import project as project_mod
 from server.analysis.projection import shares as shares_mod
 from server.analysis.projection.inputs import kineto_rows
@@ -308,6 +313,84 @@ def pair_correction_heldout(results: Sequence[PairResult]) -> dict[str, Any]:
             "correction": {f"{s}->{t}_ratio": v for (s, t), v in sorted(correction.items())}}
 
 
+def _fingerprint(workload: str) -> str:
+    """A Zeus workload's model as the hooks would fingerprint it: dataset (the head's shape), network, optimizer."""
+    dataset, network, _, optimizer = workload.split("/")
+    return f"{dataset}/{network}/{optimizer}"
+
+
+def _batch(workload: str) -> int:
+    return int(workload.split("/")[2][1:])
+
+
+def _as_inputs(m: Measured) -> dict[str, Any]:
+    """A Zeus run as the `rightsizing_inputs` record a stored report holds (time per epoch stands for the step:
+    at one batch size both GPUs run the same steps per epoch)."""
+    return {"job_id": f"{m.run.gpu.name}:{m.workload}", "gpu_name": m.run.gpu.name, "gpu_count": 1,
+            "batch_size": _batch(m.workload), "precision": None, "step_time_s": m.run.step_time_s,
+            "energy_per_step_j": m.energy_j}
+
+
+def fingerprint_pairs(runs: Sequence[Measured], *, band_log_halfwidth: float | None = None,
+                      energy_band_log_halfwidth: float | None = None) -> list[PairResult]:
+    """Every pair of `project_pairs`, calibrated by the product's `fingerprint_calibration` from the same model's
+    runs at the other batch sizes (the scored batch size is left out on every GPU but the source's own run);
+    pairs whose model has no other batch size measured on both GPUs are left out."""
+    fleet: dict[str, list[Measured]] = {}
+    for m in runs:
+        if m.limit_fraction == 1.0:
+            fleet.setdefault(_fingerprint(m.workload), []).append(m)
+    out: list[PairResult] = []
+    for r in project_pairs(runs):
+        src = next(m for m in fleet[_fingerprint(r.workload)] if m.workload == r.workload and m.run.gpu.name == r.source)
+        known = [_as_inputs(m) for m in fleet[_fingerprint(r.workload)] if m.workload != r.workload or m is src]
+        target = find_model(r.target)
+        assert target is not None
+        cal = calibrate_mod.fingerprint_calibration(_as_inputs(src), known, source=src.run.gpu, target=target)
+        if cal is None:
+            continue
+        if band_log_halfwidth is not None and energy_band_log_halfwidth is not None:
+            cal = cal.model_copy(update={"band_log_halfwidth": band_log_halfwidth,
+                                         "energy_band_log_halfwidth": energy_band_log_halfwidth})
+        p = project(src.run, target, calibration=cal)
+        out.append(replace(r, basis="fingerprint", projected_s=p.step_time_s.central, low_s=p.step_time_s.low,
+                           high_s=p.step_time_s.high, projected_energy_j=p.energy_per_step_j.central,
+                           energy_low_j=p.energy_per_step_j.low, energy_high_j=p.energy_per_step_j.high))
+    return out
+
+
+def fingerprint_calibrated(runs: Sequence[Measured]) -> dict[str, Any]:
+    """The fingerprint-calibrated projection: its error on every pair, its bands' half-widths (step time, energy)
+    fitted on all five models (the product's frozen values are checked against them) and, for honest coverage,
+    each model scored with half-widths fitted on the other four."""
+    pairs = fingerprint_pairs(runs)
+    q = calibrate_mod.FINGERPRINT_BAND_QUANTILE
+
+    def halves(group: Sequence[PairResult]) -> tuple[float, float]:
+        time = [abs(math.log(r.projected_s / r.measured_s)) for r in group]
+        energy = [abs(math.log(r.projected_energy_j / r.measured_energy_j)) for r in group
+                  if r.projected_energy_j and r.measured_energy_j]
+        return float(np.quantile(time, q)), float(np.quantile(energy, q))
+    fitted, fitted_energy = halves(pairs)
+    models = sorted({r.network for r in pairs})
+    pooled: list[PairResult] = []
+    per_model: dict[str, Any] = {}
+    for held in models:
+        half, half_e = halves([r for r in pairs if r.network != held])
+        scored = fingerprint_pairs([m for m in runs if m.network == held], band_log_halfwidth=half,
+                                   energy_band_log_halfwidth=half_e)
+        pooled += scored
+        per_model[held] = {**summarize(scored), "band_log_halfwidth_ratio": half,
+                           "energy_band_log_halfwidth_ratio": half_e}
+    frozen = (calibrate_mod.FINGERPRINT_BAND_LOG_HALFWIDTH, calibrate_mod.FINGERPRINT_ENERGY_BAND_LOG_HALFWIDTH)
+    return {"all_pairs": summarize(pairs), "per_model_held_out_band": per_model,
+            "pooled_held_out_band": summarize(pooled), "band_quantile_ratio": q,
+            "fitted_band_log_halfwidth_ratio": fitted, "fitted_energy_band_log_halfwidth_ratio": fitted_energy,
+            "frozen_band_log_halfwidth_ratio": frozen[0], "frozen_energy_band_log_halfwidth_ratio": frozen[1],
+            "frozen_matches_fit_ok": abs(fitted - frozen[0]) < 5e-4 and abs(fitted_energy - frozen[1]) < 5e-4,
+            "pairs_without_calibration_count": len(project_pairs(runs)) - len(pairs)}
+
+
 def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "unknown" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -359,6 +442,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     oracle = pair_correction_heldout(results)
     print(f"\nA per-GPU-pair correction fitted on the calibration models, on the held-out ones: median |t err| "
           f"{_fmt(oracle['median_time_error_pct'])} % over {oracle['pairs_count']} pairs (not in the product)")
+    fp = fingerprint_calibrated(runs)
+    _print_table("Calibrated by the same model's runs at other batch sizes on both GPUs (the product's "
+                 "fingerprint calibration)", {
+                     "all pairs, bands fitted on all five models": fp["all_pairs"],
+                     **{f"{k}, band fitted without it": v for k, v in fp["per_model_held_out_band"].items()},
+                     "pooled, each band fitted without its model": fp["pooled_held_out_band"]})
+    print(f"bands x/÷ exp(h), h = the {fp['band_quantile_ratio']:.0%} quantile of |log error|: fitted "
+          f"{fp['fitted_band_log_halfwidth_ratio']:.4f} (time), {fp['fitted_energy_band_log_halfwidth_ratio']:.4f} "
+          f"(energy); frozen {fp['frozen_band_log_halfwidth_ratio']}, {fp['frozen_energy_band_log_halfwidth_ratio']} "
+          f"(match: {fp['frozen_matches_fit_ok']})")
     print("\nHTA A100-vs-V100 Kineto pair (per-category basis)")
     for r in traces:
         print(f"  {r.source:>10} -> {r.target:<10} measured {r.measured_s * 1e3:7.1f} ms  projected "
@@ -368,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overall": overall, "per_gpu_pair": by_gpu_pair(results), "per_model": per_model,
         "product_constants": check, "named_split_fold": {k: v for k, v in named.items() if k != "grid_on_fit"},
         "named_split_grid_on_calibration": named["grid_on_fit"], "leave_one_model_out": lomo,
-        "power_limit_sweep_signal_calibration": sweep, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
+        "power_limit_sweep_signal_calibration": sweep, "fingerprint_calibrated": fp, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
         "trace_pair": {f"{r.source}->{r.target}": {"measured_s": r.measured_s, "projected_s": r.projected_s,
                                                    "low_s": r.low_s, "high_s": r.high_s,
                                                    "time_error_fraction": r.time_error, "covered_ok": r.covered}

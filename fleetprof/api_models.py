@@ -413,6 +413,24 @@ class ProjectedMemory(BaseModel):
     changes: list[str] = Field(description="what differs on the target, in words")
 
 
+class ProjectionCalibration(BaseModel):
+    """The fleet's own runs of the job's model on both GPU types, which set the projection's central ratios."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: Literal["fingerprint_runs"] = Field(description="runs of the same fingerprint measured on both types")
+    batch_sizes: list[int | None] = Field(description="the configuration(s) used: the nearest to the job's in batch "
+                                          "size (log distance; same precision and GPU count); null: none recorded")
+    source_job_ids: list[str] = Field(description="its runs on the source GPU type")
+    target_job_ids: list[str] = Field(description="its runs on the target GPU type")
+    step_time_ratio: float = Field(description="their median step time on the target / on the source")
+    energy_per_step_ratio: float | None = Field(description="idem for energy per step; null: not measured on both")
+    band_log_halfwidth: float = Field(description="the step time's band: the ratio x/÷ exp(this), calibrated on "
+                                      "measured pairs")
+    energy_band_log_halfwidth: float = Field(description="idem for the energy per step")
+    rule: str
+
+
 class ProjectionOut(BaseModel):
     """GET /api/v1/jobs/{job_id}/projection?gpu=TYPE: a measured run projected onto another GPU type."""
 
@@ -443,6 +461,9 @@ class ProjectionOut(BaseModel):
     split_source: str | None = Field(default=None, description="where the compute-/memory-bound split of the busy "
                                      "time came from (kernel names, or the source run's power against the power "
                                      "rule, or the prior)")
+    calibration: ProjectionCalibration | None = Field(default=None, description=(
+        "set when runs of the job's fingerprint were measured on both GPU types: their measured ratios replace "
+        "the datasheet ratios' (the categories still show the datasheet rules); null: none visible"))
 
 
 class CandidateGpu(BaseModel):
@@ -459,3 +480,5 @@ class CandidateGpu(BaseModel):
     energy_per_step_ratio: Band | None = Field(description="projected / measured energy per step; null: the run's "
                                                "energy is unknown")
     fits: bool | None = Field(description="the run's reserved peak + the target's CUDA context fit; null: unknown")
+    calibrated: bool = Field(default=False, description="true: runs of the same fingerprint measured on both GPU "
+                             "types set the ratios (GET /api/v1/jobs/{job_id}/projection shows which)")

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from server.analysis import characterize as characterize_mod
@@ -29,14 +29,32 @@ def rightsizing_history(session: Session, job: Job, *, limit: int,
     reports `cache` does not hold yet: a repeated question costs one query on jobs and report timestamps.
     The inputs are shared between requests: read them, never change them.
     """
+    where: tuple[ColumnElement[bool], ...]
+    if job.name:
+        where = (Job.name == job.name, (Job.team == job.team) if job.team else Job.team.is_(None))
+    else:
+        where = (Job.id == job.id,)
+    return stored_inputs(session, *where, limit=limit, cache=cache)
+
+
+def fingerprint_inputs(session: Session, fingerprint: str, *, team: str | None, limit: int,
+                       cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS,
+                       ) -> list[tuple[str, Mapping[str, Any]]]:
+    """(job_id, rightsizing inputs) of the runs of one fingerprint with a stored report, newest `limit`, oldest
+    first; `team`: only that team's runs (a team-scoped reader's), None: every team's."""
+    where = (Job.fingerprint == fingerprint,) + ((Job.team == team,) if team is not None else ())
+    return stored_inputs(session, *where, limit=limit, cache=cache)
+
+
+def stored_inputs(session: Session, *where: ColumnElement[bool], limit: int,
+                  cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS,
+                  ) -> list[tuple[str, Mapping[str, Any]]]:
+    """(job_id, rightsizing inputs) of the newest `limit` jobs matching `where` that have a report stored at the
+    current analyzer version, oldest first (reports are never computed here)."""
     version = characterize_mod.ANALYZER_VERSION
     stmt = (select(Job.job_id, Report.job_pk, Report.computed_at)
             .join(Report, (Report.job_pk == Job.id) & (Report.analyzer_version == version))
-            .order_by(Job.started_at.desc().nulls_last(), Job.id.desc()).limit(limit))
-    if job.name:
-        stmt = stmt.where(Job.name == job.name, (Job.team == job.team) if job.team else Job.team.is_(None))
-    else:
-        stmt = stmt.where(Job.id == job.id)
+            .where(*where).order_by(Job.started_at.desc().nulls_last(), Job.id.desc()).limit(limit))
     rows = session.execute(stmt).all()
     database = str(session.get_bind().engine.url)
     keys = [(database, pk, version, computed_at) for _, pk, computed_at in rows]

@@ -1,25 +1,48 @@
-"""A job's measured run projected onto another GPU type (GET /api/v1/jobs/{job_id}/projection?gpu=TYPE)."""
+"""A job's measured run projected onto another GPU type (GET /api/v1/jobs/{job_id}/projection?gpu=TYPE).
+
+Calibrated by the runs of the job's fingerprint measured on both GPU types when the caller may see some (a team
+token: its team's runs; a scheduler or operator: every team's); the datasheet roofline otherwise."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from fleetprof.api_models import ProjectionOut
 from server.analysis.base.gpu_catalog import find_model, load_catalog
+from server.analysis.projection.calibrate import fingerprint_calibration
 from server.analysis.projection.inputs import NotEnoughData, measured_from_report
 from server.analysis.projection.project import project
+from server.auth.service import Principal
 from server.config import ServerSettings
 from server.errors import Conflict, InvalidInput
 from server.jobs import report_store
+from server.jobs.history import fingerprint_inputs
 from server.models import Job
+
+# The newest runs of the fingerprint read for a calibration (their stored `rightsizing_inputs` only).
+CALIBRATION_RUNS = 500
 
 
 def catalogue_names() -> list[str]:
     return [m.name for m in load_catalog()]
 
 
-def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu: str) -> ProjectionOut:
-    """422: `gpu` is not in the catalogue; 409: the job lacks what a projection needs (the detail says what)."""
+def visible_fingerprint_runs(session: Session, job: Job, principal: Principal) -> list[Mapping[str, Any]]:
+    """The stored `rightsizing_inputs` of the runs of `job`'s model that `principal` may see (a team token: its
+    team's; a scheduler or operator: every team's), newest CALIBRATION_RUNS; [] without a fingerprint."""
+    if not job.fingerprint or not (principal.reads_all_jobs or principal.team is not None):
+        return []
+    team = None if principal.reads_all_jobs else principal.team
+    return [inputs for _, inputs in fingerprint_inputs(session, job.fingerprint, team=team, limit=CALIBRATION_RUNS)]
+
+
+def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu: str,
+                   principal: Principal) -> ProjectionOut:
+    """422: `gpu` is not in the catalogue; 409: the job lacks what a projection needs (the detail says what).
+    `principal`: whose runs of the fingerprint may calibrate it."""
     target = find_model(gpu)
     if target is None:
         raise InvalidInput(f"unknown GPU type {gpu!r}; the catalogue has: {', '.join(catalogue_names())}")
@@ -28,4 +51,7 @@ def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu:
         run = measured_from_report(report, kineto_summaries=report_store.profile_kineto_summaries(session, job))
     except NotEnoughData as exc:
         raise Conflict(f"cannot project job {job.job_id!r}: {exc}") from exc
-    return project(run, target).model_copy(update={"job_id": job.job_id})
+    runs = visible_fingerprint_runs(session, job, principal)
+    calibration = (fingerprint_calibration(report.get("rightsizing_inputs") or {}, runs, source=run.gpu,
+                                           target=target) if runs else None)
+    return project(run, target, calibration=calibration).model_copy(update={"job_id": job.job_id})

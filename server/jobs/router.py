@@ -21,6 +21,7 @@ from fleetprof.units import unit_symbol
 from server.analysis.compare import compare_runs
 from server.analysis.configurations import characterize_configurations
 from server.analysis.fleet.rightsizing import rightsize
+from server.auth.service import Principal
 from server.config import ServerSettings
 from server.db import read_in_parallel
 from server.deps import DispatcherDep, EpochQuery, JobReaderAuth, PrincipalDep, SessionDep, SettingsDep
@@ -31,7 +32,7 @@ from server.jobs import service as job_service
 from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
-from server.jobs.projection import job_projection
+from server.jobs.projection import job_projection, visible_fingerprint_runs
 from server.jobs.schemas import (
     JobAck,
     JobCreate,
@@ -307,7 +308,7 @@ def get_rightsizing(job_id: str, principal: JobReaderAuth, session: SessionDep, 
                     history: int = Query(50, ge=1, le=500, description="past runs of the same job name to use"),
                     ) -> dict[str, Any]:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
-    return _rightsizing(session, job, settings, history)
+    return _rightsizing(session, job, settings, history, principal)
 
 
 @router.get(f"{JOB}/projection", response_model=ProjectionOut,
@@ -320,7 +321,7 @@ def get_projection(job_id: str, principal: JobReaderAuth, session: SessionDep, s
                                     description="target GPU type: a catalogue name or an NVML device name")
                    ) -> ProjectionOut:
     job = job_service.get_visible_job(session, job_id=job_id, principal=principal)
-    return job_projection(session, job, settings, gpu=gpu)
+    return job_projection(session, job, settings, gpu=gpu, principal=principal)
 
 
 PLAN_NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -350,12 +351,14 @@ def unknown_job_route(job_id: str, rest: str) -> None:
                    f"({job_path(f'{job_id}/{rest}')})")
 
 
-def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: int) -> dict[str, Any]:
-    """The recommendation from `job` and the earlier runs of its name and team, all from cached reports."""
+def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: int,
+                 principal: Principal) -> dict[str, Any]:
+    """The recommendation from `job` and the earlier runs of its name and team, all from cached reports; the
+    other GPU types' projections calibrated by the visible runs of its model where they ran on both types."""
     if not report_store.has_report(session, job):
         report_store.compute_report(session, job, settings)
     runs = rightsizing_history(session, job, limit=history)
-    result = rightsize([r for _, r in runs])
+    result = rightsize([r for _, r in runs], fingerprint_runs=visible_fingerprint_runs(session, job, principal))
     return {"job_id": job.job_id, "name": job.name, "team": job.team, "history_job_ids": [j for j, _ in runs],
             **result}
 
@@ -375,4 +378,4 @@ def get_rightsizing_by_name(principal: JobReaderAuth, session: SessionDep, setti
                             history: int = Query(50, ge=1, le=500, description="past runs of that name to use"),
                             ) -> dict[str, Any]:
     job = job_service.latest_visible_run(session, name=name, team=team, principal=principal)
-    return _rightsizing(session, job, settings, history)
+    return _rightsizing(session, job, settings, history, principal)

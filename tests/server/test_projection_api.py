@@ -119,3 +119,89 @@ def test_telemetry_job_split_follows_its_measured_power(api, make_token):
               for job, p in got.items()}
     assert shares["l40s-hot"] > shares["l40s-cool"]
     assert got["l40s-hot"]["step_time_ratio"]["central"] != pytest.approx(got["l40s-cool"]["step_time_ratio"]["central"])
+
+
+FP = "ab12" * 5  # one model's fingerprint (20 hex characters)
+GPU_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
+
+
+def _fingerprinted_run(api, op, agent, *, job_id: str, team: str, gpu: str, batch: int, step_s: float,
+                       power_w: float, seq: int, t0: float) -> None:  # type: ignore[no-untyped-def]
+    """A finished 120-s run of model FP on one GPU: samples naming the GPU, steps, the hooks' framework_info."""
+    import time as time_mod
+
+    from fleetprof.protocol import PROTOCOL_VERSION
+    from tests.server.helpers import sample_batch
+
+    n = 120
+    api.post("/api/v1/jobs", json={"job_id": job_id, "name": job_id, "team": team, "node": "node-a",
+                                   "gpu_uuids": ["GPU-node-a-0"], "started_at": t0, "state": "running"},
+             headers=auth(op))
+    samples = sample_batch(seq=seq, n=n, gpus=1, t0=t0)
+    samples["gpus"][0]["name"] = GPU_NAMES[gpu]
+    samples["samples"]["power_w"] = [power_w] * n
+    samples["samples"]["energy_counter_j"] = [1000.0 + power_w * k for k in range(n)]
+    assert api.post("/api/v1/ingest/samples", json=samples, headers=auth(agent)).status_code == 200
+    steps = int((n - 1) / step_s)
+    events: list[dict] = [{"kind": "framework_info", "job_id": job_id, "ts": t0 + 0.5, "rank": 0, "batch_size": batch,
+                           "batch_size_source": "dataloader", "fingerprint": FP, "precision": "torch.float32",
+                           "framework": "pytorch"}]
+    events += [{"kind": "step", "job_id": job_id, "ts": t0 + (k + 1) * step_s, "step": k, "wall_s": step_s,
+                "samples": batch} for k in range(steps)]
+    r = api.post("/api/v1/ingest/events", json={"protocol_version": PROTOCOL_VERSION, "source_id": f"h-{job_id}",
+                                                "seq": 0, "sent_at": time_mod.time(), "events": events},
+                 headers=auth(op))
+    assert r.status_code == 200, r.text
+    api.post("/api/v1/jobs", json={"job_id": job_id, "state": "finished", "ended_at": t0 + n - 1, "exit_code": 0},
+             headers=auth(op))
+    assert api.get(f"/api/v1/jobs/{job_id}/report", headers=auth(op)).status_code == 200  # stored
+
+
+def test_projection_calibrated_by_the_models_runs_on_both_gpus_within_the_callers_scope(api, make_token):
+    """Runs of the job's fingerprint measured on both GPU types set the ratio (the configuration nearest in batch
+    size); a team token's projection uses only its team's runs, a scheduler's every team's."""
+    import time as time_mod
+
+    op, agent = make_token("operator"), make_token("agent", node="node-a")
+    nlp, sched = make_token("team", team="nlp"), make_token("scheduler")
+    t0 = time_mod.time() - 86400
+    runs = (("nlp-h100-b32", "nlp", "h100", 32, 0.10, 500.0), ("nlp-a100-b32", "nlp", "a100", 32, 0.25, 350.0),
+            ("nlp-h100-b256", "nlp", "h100", 256, 0.60, 650.0), ("nlp-a100-b256", "nlp", "a100", 256, 1.20, 390.0),
+            ("vis-a100-b32", "vision", "a100", 32, 0.45, 300.0),  # another team's run of the same model
+            ("nlp-h100-b64", "nlp", "h100", 64, 0.18, 550.0))     # the job projected
+    for k, (job_id, team, gpu, batch, step_s, power_w) in enumerate(runs):
+        _fingerprinted_run(api, op, agent, job_id=job_id, team=team, gpu=gpu, batch=batch, step_s=step_s,
+                           power_w=power_w, seq=k, t0=t0 + 600 * k)
+    p = api.get("/api/v1/jobs/nlp-h100-b64/projection", params={"gpu": "A100-80GB"}, headers=auth(nlp)).json()
+    cal = p["calibration"]
+    assert cal is not None and cal["batch_sizes"] == [32]  # log distance: 64 is nearer 32 than 256
+    assert cal["source_job_ids"] == ["nlp-h100-b32"] and cal["target_job_ids"] == ["nlp-a100-b32"]
+    measured = {j: api.get(f"/api/v1/jobs/{j}/report", headers=auth(op)).json() for j, *_ in runs}
+
+    def step(j: str) -> float:
+        return measured[j]["time"]["step_time_s"]["mean"]
+
+    def energy(j: str) -> float:
+        return measured[j]["energy"]["energy_per_step_j"]
+    ratio = step("nlp-a100-b32") / step("nlp-h100-b32")
+    assert cal["step_time_ratio"] == pytest.approx(ratio)
+    assert p["step_time_s"]["central"] == pytest.approx(step("nlp-h100-b64") * ratio)
+    assert p["step_time_s"]["low"] < p["step_time_s"]["central"] < p["step_time_s"]["high"]
+    assert p["energy_per_step_j"]["central"] == pytest.approx(
+        energy("nlp-h100-b64") * energy("nlp-a100-b32") / energy("nlp-h100-b32"))
+    assert p["band_source"].startswith("calibrated by this model's runs on both GPU types (batch 32")
+    assert p["power_source"].startswith("measured")
+    # the scheduler sees the vision team's A100 run too: the median of the two A100 runs sets the ratio
+    s = api.get("/api/v1/jobs/nlp-h100-b64/projection", params={"gpu": "A100-80GB"}, headers=auth(sched)).json()
+    assert sorted(s["calibration"]["target_job_ids"]) == ["nlp-a100-b32", "vis-a100-b32"]
+    both = (step("nlp-a100-b32") + step("vis-a100-b32")) / 2 / step("nlp-h100-b32")
+    assert s["calibration"]["step_time_ratio"] == pytest.approx(both)
+    # no run of the model on the target type: the datasheet roofline, no calibration
+    r = api.get("/api/v1/jobs/nlp-h100-b64/projection", params={"gpu": "L40S"}, headers=auth(nlp)).json()
+    assert r["calibration"] is None and r["basis"] == "telemetry"
+    # right-sizing's candidates: the A100 calibrated by the same runs, the others from the datasheets
+    rs = api.get("/api/v1/jobs/nlp-h100-b64/rightsizing", headers=auth(nlp)).json()
+    by_gpu = {c["gpu"]: c for c in rs["projections"]}
+    assert by_gpu["A100-80GB"]["calibrated"] is True and "measured on both types" in by_gpu["A100-80GB"]["summary"]
+    assert by_gpu["A100-80GB"]["step_time_ratio"]["central"] == pytest.approx(ratio)
+    assert by_gpu["L40S"]["calibrated"] is False

@@ -25,6 +25,7 @@ from server.analysis.base.jobdata import JobData, jsonable
 from server.analysis.energy.power_limit import job_power_limit_w
 from server.analysis.fleet.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
 from server.analysis.fleet.rollup import rollup_gpus
+from server.analysis.projection.calibrate import fingerprint_calibration
 from server.analysis.projection.inputs import NotEnoughData, measured_from_inputs
 from server.analysis.projection.project import project
 
@@ -193,7 +194,7 @@ def _inputs(item: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuModel] | None = None,
-              explain_missing: bool = True) -> dict[str, Any]:
+              explain_missing: bool = True, fingerprint_runs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Recommendations from the runs of one job or recurring job name (reports or their
     `rightsizing_inputs`), newest last. `explain_missing`: a recommendation that cannot be made yet says what it
     needs (off for a job's own report, which shows what can be done)."""
@@ -230,7 +231,7 @@ def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuMode
     recs.extend(_batch_recs(runs, catalog, explain_missing=explain_missing))
     recs.append(_power_cap_rec(runs))
     try:
-        out["projections"] = candidate_projections(last, catalog)
+        out["projections"] = candidate_projections(last, catalog, fingerprint_runs=fingerprint_runs)
         out["projection_unavailable"] = None
     except NotEnoughData as exc:
         out["projections"], out["projection_unavailable"] = [], str(exc)
@@ -250,15 +251,20 @@ def _more_or_less(ratio: Band | None, what: str) -> str | None:
     return f"{abs(change) * 100:.0f} % {'less' if change < 0 else 'more'} {what}"
 
 
-def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel]) -> list[CandidateGpu]:
+def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel], *,
+                          fingerprint_runs: Sequence[Mapping[str, Any]] = ()) -> list[CandidateGpu]:
     """The latest run (its `rightsizing_inputs`) projected onto every other catalogue GPU type: ratios to what it
-    measured, with their bands; cheapest per step first, then by step time. Raises NotEnoughData."""
+    measured, with their bands; cheapest per step first, then by step time. `fingerprint_runs`: the
+    `rightsizing_inputs` of its model's runs (calibrate a type where some ran on it and on the run's type).
+    Raises NotEnoughData."""
     run = measured_from_inputs(last, catalog=tuple(catalog))
     out: list[CandidateGpu] = []
     for model in catalog:
         if model.name == run.gpu.name:
             continue
-        p = project(run, model)
+        calibration = fingerprint_calibration(last, fingerprint_runs, source=run.gpu, target=model,
+                                              catalog=tuple(catalog)) if fingerprint_runs else None
+        p = project(run, model, calibration=calibration)
         time_ratio = p.step_time_ratio
         cost = (_ratio_band(p.cost_per_step_usd, p.measured_cost_per_step_usd)
                 if p.cost_per_step_usd is not None else None)
@@ -267,9 +273,12 @@ def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel]) 
                  _more_or_less(cost, "cost per step"), _more_or_less(energy, "energy per step")]
         if p.memory.fits is False:
             parts.append("does not fit in memory")
+        if calibration is not None:
+            parts.append("measured on both types by this model's runs")
         out.append(CandidateGpu(gpu=model.name, summary=f"on {model.name}: " + ", ".join(x for x in parts if x),
                                 basis=p.basis, step_time_ratio=time_ratio, cost_per_step_ratio=cost,
-                                energy_per_step_ratio=energy, fits=p.memory.fits))
+                                energy_per_step_ratio=energy, fits=p.memory.fits,
+                                calibrated=calibration is not None))
     return sorted(out, key=lambda c: (c.fits is False, c.cost_per_step_ratio.central if c.cost_per_step_ratio
                                       else math.inf, c.step_time_ratio.central))
 

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import product
 
-from fleetprof.api_models import Band, ProjectedCategory, ProjectedMemory, ProjectionOut
+from fleetprof.api_models import Band, ProjectedCategory, ProjectedMemory, ProjectionCalibration, ProjectionOut
 from server.analysis.base.gpu_catalog import GpuModel
 from server.analysis.energy.power_model import WAITING_POWER_FRACTION, power_fraction
 from server.analysis.projection.shares import StepShares
@@ -124,8 +124,11 @@ def _band(central: float, low: float, high: float, lo_clip: float = 0.0, hi_clip
     return Band(central=central, low=low, high=high)
 
 
-def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth: float | None = None) -> ProjectionOut:
-    """`telemetry_band_log_halfwidth`: the frozen `TELEMETRY_BAND_LOG_HALFWIDTH` unless given (the bench's folds)."""
+def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth: float | None = None,
+            calibration: ProjectionCalibration | None = None) -> ProjectionOut:
+    """`telemetry_band_log_halfwidth`: the frozen `TELEMETRY_BAND_LOG_HALFWIDTH` unless given (the bench's folds).
+    `calibration`: this model's runs measured on both GPU types (`calibrate.fingerprint_calibration`): its ratios
+    stand in for the datasheets' in the step time and, where it measured energy on both, the energy per step."""
     s = run.shares
     precision = normalize_precision(run.precision)
     rules = _ratio_rules(run.gpu, target, precision)
@@ -135,7 +138,12 @@ def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth:
                for cb, comm in product((s.compute_bound_low, s.compute_bound_high),
                                        (rules["communication"][1], rules["communication"][2]))]
     err = 1.0 + MODEL_ERROR_FRACTION
-    if s.basis == "telemetry":
+    if calibration is not None:
+        spread = math.exp(calibration.band_log_halfwidth)
+        c = calibration.step_time_ratio
+        ratio = _band(c, c / spread, c * spread)
+        band_source = calibration.rule
+    elif s.basis == "telemetry":
         spread = math.exp(TELEMETRY_BAND_LOG_HALFWIDTH if telemetry_band_log_halfwidth is None
                           else telemetry_band_log_halfwidth)
         ratio = _band(central, central / spread, central * spread)
@@ -168,6 +176,13 @@ def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth:
     n = run.gpu_count
     energy = Band(central=power.central * step.central * n, low=power.low * step.low * n,
                   high=power.high * step.high * n)
+    if calibration is not None and calibration.energy_per_step_ratio is not None and run.energy_per_step_j:
+        e = run.energy_per_step_j * calibration.energy_per_step_ratio
+        spread = math.exp(calibration.energy_band_log_halfwidth)
+        energy = Band(central=e, low=e / spread, high=e * spread)
+        per_gpu_w = e / step.central / n
+        power = _band(per_gpu_w, per_gpu_w / spread, per_gpu_w * spread, hi_clip=tdp)
+        power_source = "measured: the energy per step of this model's runs on both GPU types (calibration)"
 
     def cost(gpu: GpuModel, seconds: float) -> float | None:
         return gpu.price_per_hour_usd * seconds / 3600.0 * n if gpu.price_per_hour_usd is not None else None
@@ -183,7 +198,7 @@ def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth:
         for name, (c, lo, hi, rule) in rules.items()
     ]
     band_rule = (f"{band_source}; coverage on held-out models measured by bench/projection.py"
-                 if s.basis == "telemetry" else
+                 if s.basis == "telemetry" or calibration is not None else
                  f"the compute-bound share's range ({s.compute_bound_low:.2f}-{s.compute_bound_high:.2f} of the "
                  f"step) and the communication ratio's ends, widened x{err:g} for what datasheet ratios miss; "
                  "coverage measured by bench/projection.py")
@@ -194,7 +209,7 @@ def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth:
         measured_energy_per_step_j=run.energy_per_step_j, energy_per_step_j=energy,
         cost_per_step_usd=cost_band, measured_cost_per_step_usd=cost(run.gpu, t),
         memory=project_memory(run, target), categories=categories, band_rule=band_rule, notes=notes,
-        band_source=band_source, split_source=s.split_source)
+        band_source=band_source, split_source=s.split_source, calibration=calibration)
 
 
 def project_memory(run: MeasuredRun, target: GpuModel) -> ProjectedMemory:
