@@ -33,8 +33,9 @@ def _value(x: float | None, unit: str, scale: float = 1.0) -> str:
 
 def format_table(p: ProjectionOut) -> str:
     m = p.memory
+    basis = f"{p.basis} basis" + (", calibrated by this model's runs on both types" if p.calibration else "")
     lines = [
-        f"job {p.job_id}: {p.source_gpu} -> {p.target_gpu} ({p.basis} basis)",
+        f"job {p.job_id}: {p.source_gpu} -> {p.target_gpu} ({basis})",
         f"step time      measured {_value(p.measured_step_time_s, 'ms', 1e3):>12}   projected "
         f"{_band(p.step_time_s, 'ms', 1e3)}  ({p.step_time_ratio.central:.2f}x)",
         f"power          measured {_value(p.measured_power_w, 'W'):>12}   projected {_band(p.power_w, 'W')}"
@@ -52,6 +53,10 @@ def format_table(p: ProjectionOut) -> str:
     lines += [f"memory: {c}" for c in m.changes]
     if p.split_source is not None:
         lines.append(f"split: {p.split_source}")
+    if p.calibration is not None:
+        c = p.calibration
+        lines.append(f"calibration: {p.source_gpu} runs {', '.join(c.source_job_ids)}; {p.target_gpu} runs "
+                     f"{', '.join(c.target_job_ids)}")
     lines += [f"band: {p.band_rule}"] + [f"note: {n}" for n in p.notes]
     return "\n".join(lines) + "\n"
 

@@ -191,6 +191,10 @@ def test_projection_calibrated_by_the_models_runs_on_both_gpus_within_the_caller
         energy("nlp-h100-b64") * energy("nlp-a100-b32") / energy("nlp-h100-b32"))
     assert p["band_source"].startswith("calibrated by this model's runs on both GPU types (batch 32")
     assert p["power_source"].startswith("measured")
+    from fleetprof.api_models import ProjectionOut
+    from fleetprof.commands.projection import format_table
+    table = format_table(ProjectionOut.model_validate(p))  # what `fleetprof projection` prints
+    assert "calibrated by this model's runs on both types" in table and "A100-80GB runs nlp-a100-b32" in table
     # the scheduler sees the vision team's A100 run too: the median of the two A100 runs sets the ratio
     s = api.get("/api/v1/jobs/nlp-h100-b64/projection", params={"gpu": "A100-80GB"}, headers=auth(sched)).json()
     assert sorted(s["calibration"]["target_job_ids"]) == ["nlp-a100-b32", "vis-a100-b32"]
