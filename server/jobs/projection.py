@@ -54,4 +54,11 @@ def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu:
     runs = visible_fingerprint_runs(session, job, principal)
     calibration = (fingerprint_calibration(report.get("rightsizing_inputs") or {}, runs, source=run.gpu,
                                            target=target) if runs else None)
-    return project(run, target, calibration=calibration).model_copy(update={"job_id": job.job_id})
+    answer = project(run, target, calibration=calibration)
+    if calibration is None and target.name != run.gpu.name:
+        hint = ("no run of this model visible on both types: one run of it on "
+                f"{target.name} (any batch size) would calibrate this projection with a measured ratio"
+                if job.fingerprint else "the job has no fingerprint (run it with the hooks): runs of the same model "
+                "on both types would calibrate this projection with a measured ratio")
+        answer = answer.model_copy(update={"notes": [*answer.notes, hint]})
+    return answer.model_copy(update={"job_id": job.job_id})

@@ -203,6 +203,7 @@ def test_projection_calibrated_by_the_models_runs_on_both_gpus_within_the_caller
     # no run of the model on the target type: the datasheet roofline, no calibration
     r = api.get("/api/v1/jobs/nlp-h100-b64/projection", params={"gpu": "L40S"}, headers=auth(nlp)).json()
     assert r["calibration"] is None and r["basis"] == "telemetry"
+    assert any("one run of it on L40S (any batch size) would calibrate" in n for n in r["notes"])
     # right-sizing's candidates: the A100 calibrated by the same runs, the others from the datasheets
     rs = api.get("/api/v1/jobs/nlp-h100-b64/rightsizing", headers=auth(nlp)).json()
     by_gpu = {c["gpu"]: c for c in rs["projections"]}
