@@ -37,7 +37,8 @@ def test_ingest_creates_days_queries_prune_and_retention_drops(api, make_token, 
     engine = make_engine(server_settings)
     factory = make_sessionmaker(engine)
     with session_scope(factory) as session:
-        rollup_hours(session, since=(today - 20) * DAY_S, until=now)
+        # to the end of today: today's samples sit at 01:00 UTC, after `now` in the day's first hour
+        rollup_hours(session, since=(today - 20) * DAY_S, until=(today + 1) * DAY_S)
     with session_scope(factory) as session:
         dropped = apply_retention(session, now=now, raw_retention_days=14)
     assert partition_name("gpu_samples", today - 20) in dropped
