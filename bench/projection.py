@@ -391,6 +391,65 @@ def fingerprint_calibrated(runs: Sequence[Measured]) -> dict[str, Any]:
             "pairs_without_calibration_count": len(project_pairs(runs)) - len(pairs)}
 
 
+def fleet_pair_results(runs: Sequence[Measured], models: Iterable[str], *,
+                       band_log_halfwidth: float | None = None) -> list[PairResult]:
+    """The pairs of `models`, each corrected by the product's `fleet_pair_calibration` from the other models' runs
+    only (`runs` minus every run of the scored model): how a fleet that never ran the model does."""
+    defaults = [m for m in runs if m.limit_fraction == 1.0]
+    out: list[PairResult] = []
+    for held in sorted(set(models)):
+        others = [(_fingerprint(m.workload), _as_inputs(m)) for m in defaults if m.network != held]
+        scored = [m for m in runs if m.network == held]
+        corrections: dict[tuple[str, str], Any] = {}
+        for r in project_pairs(scored):
+            key = (r.source, r.target)
+            if key not in corrections:
+                src_gpu, dst_gpu = find_model(r.source), find_model(r.target)
+                assert src_gpu is not None and dst_gpu is not None
+                corrections[key] = calibrate_mod.fleet_pair_calibration(others, source=src_gpu, target=dst_gpu)
+            cal = corrections[key]
+            if cal is None:
+                continue
+            if band_log_halfwidth is not None:
+                cal = cal.model_copy(update={"band_log_halfwidth": band_log_halfwidth})
+            src = next(m for m in scored if m.workload == r.workload and m.run.gpu.name == r.source)
+            target = find_model(r.target)
+            assert target is not None
+            p = project(src.run, target, calibration=cal)
+            out.append(replace(r, basis="fleet_pairs", projected_s=p.step_time_s.central, low_s=p.step_time_s.low,
+                               high_s=p.step_time_s.high, projected_energy_j=p.energy_per_step_j.central,
+                               energy_low_j=p.energy_per_step_j.low, energy_high_j=p.energy_per_step_j.high))
+    return out
+
+
+def fleet_pairs(runs: Sequence[Measured]) -> dict[str, Any]:
+    """Other models' pairs as the calibration (the product's `fleet_pair_calibration`), leave one model out: each
+    model's pairs corrected by the other four models' runs. The band's half-width: the 90 % quantile of |log error|
+    over all five so scored (the product's frozen value is checked against it); its held-out coverage: each model
+    scored with a half-width fitted on the other four (each of those corrected by the other three)."""
+    models = sorted({m.network for m in runs})
+    q = calibrate_mod.FINGERPRINT_BAND_QUANTILE
+
+    def half_of(group: Sequence[PairResult]) -> float:
+        return float(np.quantile([abs(math.log(r.projected_s / r.measured_s)) for r in group], q))
+    scored = fleet_pair_results(runs, models)
+    fitted = half_of(scored)
+    pooled: list[PairResult] = []
+    per_model: dict[str, Any] = {}
+    for held in models:
+        rest = [m for m in runs if m.network != held]
+        half = half_of(fleet_pair_results(rest, [n for n in models if n != held]))
+        group = fleet_pair_results(runs, [held], band_log_halfwidth=half)
+        pooled += group
+        per_model[held] = {**summarize(group), "band_log_halfwidth_ratio": half}
+    return {"all_pairs_band_fitted_on_all": summarize(fleet_pair_results(runs, models, band_log_halfwidth=fitted)),
+            "per_model_held_out_band": per_model, "pooled_held_out_band": summarize(pooled),
+            "fitted_band_log_halfwidth_ratio": fitted,
+            "frozen_band_log_halfwidth_ratio": calibrate_mod.FLEET_BAND_LOG_HALFWIDTH,
+            "frozen_matches_fit_ok": abs(fitted - calibrate_mod.FLEET_BAND_LOG_HALFWIDTH) < 5e-4,
+            "min_models_count": calibrate_mod.FLEET_MIN_MODELS}
+
+
 def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "unknown" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -452,6 +511,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{fp['fitted_band_log_halfwidth_ratio']:.4f} (time), {fp['fitted_energy_band_log_halfwidth_ratio']:.4f} "
           f"(energy); frozen {fp['frozen_band_log_halfwidth_ratio']}, {fp['frozen_energy_band_log_halfwidth_ratio']} "
           f"(match: {fp['frozen_matches_fit_ok']})")
+    fleet = fleet_pairs(runs)
+    _print_table("A model the fleet never ran on the target: the roofline corrected by the other models' pairs "
+                 "(the product's fleet-pair calibration)", {
+                     "all pairs, band fitted on all five": fleet["all_pairs_band_fitted_on_all"],
+                     **{f"{k}, band fitted without it": v for k, v in fleet["per_model_held_out_band"].items()},
+                     "pooled, each band fitted without its model": fleet["pooled_held_out_band"]})
+    print(f"band h fitted {fleet['fitted_band_log_halfwidth_ratio']:.4f}; frozen "
+          f"{fleet['frozen_band_log_halfwidth_ratio']} (match: {fleet['frozen_matches_fit_ok']})")
     print("\nHTA A100-vs-V100 Kineto pair (per-category basis)")
     for r in traces:
         print(f"  {r.source:>10} -> {r.target:<10} measured {r.measured_s * 1e3:7.1f} ms  projected "
@@ -461,7 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overall": overall, "per_gpu_pair": by_gpu_pair(results), "per_model": per_model,
         "product_constants": check, "named_split_fold": {k: v for k, v in named.items() if k != "grid_on_fit"},
         "named_split_grid_on_calibration": named["grid_on_fit"], "leave_one_model_out": lomo,
-        "power_limit_sweep_signal_calibration": sweep, "fingerprint_calibrated": fp, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
+        "power_limit_sweep_signal_calibration": sweep, "fingerprint_calibrated": fp,
+        "fleet_pairs": fleet, "source_power_capped": by_cap, "pair_correction_heldout": oracle,
         "trace_pair": {f"{r.source}->{r.target}": {"measured_s": r.measured_s, "projected_s": r.projected_s,
                                                    "low_s": r.low_s, "high_s": r.high_s,
                                                    "time_error_fraction": r.time_error, "covered_ok": r.covered}

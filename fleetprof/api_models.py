@@ -414,20 +414,33 @@ class ProjectedMemory(BaseModel):
 
 
 class ProjectionCalibration(BaseModel):
-    """The fleet's own runs of the job's model on both GPU types, which set the projection's central ratios."""
+    """What the fleet measured on both GPU types, which sets the projection's central ratio: runs of the job's own
+    model ("fingerprint_runs"), or else other models' runs ("fleet_pairs": how far the datasheet roofline missed
+    on them, applied to this job's roofline projection)."""
 
     model_config = ConfigDict(frozen=True)
 
-    source: Literal["fingerprint_runs"] = Field(description="runs of the same fingerprint measured on both types")
-    batch_sizes: list[int | None] = Field(description="the configuration(s) used: the nearest to the job's in batch "
-                                          "size (log distance; same precision and GPU count); null: none recorded")
-    source_job_ids: list[str] = Field(description="its runs on the source GPU type")
-    target_job_ids: list[str] = Field(description="its runs on the target GPU type")
-    step_time_ratio: float = Field(description="their median step time on the target / on the source")
-    energy_per_step_ratio: float | None = Field(description="idem for energy per step; null: not measured on both")
-    band_log_halfwidth: float = Field(description="the step time's band: the ratio x/÷ exp(this), calibrated on "
-                                      "measured pairs")
-    energy_band_log_halfwidth: float = Field(description="idem for the energy per step")
+    source: Literal["fingerprint_runs", "fleet_pairs"] = Field(description=(
+        "fingerprint_runs: runs of the same fingerprint measured on both types; fleet_pairs: other models' runs "
+        "measured on both types (the same fingerprint, batch size, precision and GPU count on each)"))
+    batch_sizes: list[int | None] = Field(description="fingerprint_runs: the configuration(s) used, the nearest to "
+                                          "the job's in batch size (log distance; same precision and GPU count); "
+                                          "null: none recorded. fleet_pairs: []")
+    source_job_ids: list[str] = Field(description="the runs used on the source GPU type (at most 50 listed)")
+    target_job_ids: list[str] = Field(description="the runs used on the target GPU type (at most 50 listed)")
+    step_time_ratio: float | None = Field(description="fingerprint_runs: their median step time on the target / on "
+                                          "the source; fleet_pairs: null")
+    energy_per_step_ratio: float | None = Field(description="fingerprint_runs: idem for energy per step; null: not "
+                                                "measured on both, or fleet_pairs (the power model answers)")
+    roofline_correction: float | None = Field(default=None, description=(
+        "fleet_pairs: the median of measured / roofline-projected step-time ratio over the pairs, applied to this "
+        "job's roofline projection; fingerprint_runs: null"))
+    models: int = Field(default=1, description="how many models (fingerprints) the runs used are of")
+    pairs: int = Field(default=1, description="how many configurations measured on both types were used")
+    band_log_halfwidth: float = Field(description="the step time's band: the central value x/÷ exp(this), "
+                                      "calibrated on measured pairs")
+    energy_band_log_halfwidth: float | None = Field(description="idem for the energy per step; null: the energy's "
+                                                    "band is the power model's x the step time's")
     rule: str
 
 
@@ -480,5 +493,6 @@ class CandidateGpu(BaseModel):
     energy_per_step_ratio: Band | None = Field(description="projected / measured energy per step; null: the run's "
                                                "energy is unknown")
     fits: bool | None = Field(description="the run's reserved peak + the target's CUDA context fit; null: unknown")
-    calibrated: bool = Field(default=False, description="true: runs of the same fingerprint measured on both GPU "
-                             "types set the ratios (GET /api/v1/jobs/{job_id}/projection shows which)")
+    calibration_source: Literal["fingerprint_runs", "fleet_pairs"] | None = Field(default=None, description=(
+        "what the fleet measured on both GPU types set the ratios (ProjectionCalibration.source; GET "
+        "/api/v1/jobs/{job_id}/projection shows which runs); null: the datasheet roofline alone"))

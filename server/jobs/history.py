@@ -46,13 +46,23 @@ def fingerprint_inputs(session: Session, fingerprint: str, *, team: str | None, 
     return stored_inputs(session, *where, limit=limit, cache=cache)
 
 
+def fingerprinted_inputs(session: Session, *, team: str | None, limit: int,
+                         cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS,
+                         ) -> list[tuple[str, Mapping[str, Any]]]:
+    """(fingerprint, rightsizing inputs) of the newest `limit` runs of any model with a stored report, oldest
+    first; `team` as in `fingerprint_inputs`."""
+    where = (Job.fingerprint.is_not(None),) + ((Job.team == team,) if team is not None else ())
+    return stored_inputs(session, *where, limit=limit, cache=cache, label=Job.fingerprint)
+
+
 def stored_inputs(session: Session, *where: ColumnElement[bool], limit: int,
                   cache: LruCache[tuple[Any, ...], Mapping[str, Any]] = RIGHTSIZING_INPUTS,
-                  ) -> list[tuple[str, Mapping[str, Any]]]:
-    """(job_id, rightsizing inputs) of the newest `limit` jobs matching `where` that have a report stored at the
-    current analyzer version, oldest first (reports are never computed here)."""
+                  label: Any = Job.job_id) -> list[tuple[str, Mapping[str, Any]]]:
+    """(label, rightsizing inputs) of the newest `limit` jobs matching `where` that have a report stored at the
+    current analyzer version, oldest first (reports are never computed here); `label`: the jobs' column that
+    names each run in the answer (its job id unless told)."""
     version = characterize_mod.ANALYZER_VERSION
-    stmt = (select(Job.job_id, Report.job_pk, Report.computed_at)
+    stmt = (select(label, Report.job_pk, Report.computed_at)
             .join(Report, (Report.job_pk == Job.id) & (Report.analyzer_version == version))
             .where(*where).order_by(Job.started_at.desc().nulls_last(), Job.id.desc()).limit(limit))
     rows = session.execute(stmt).all()

@@ -60,3 +60,24 @@ def test_unknown_batch_sizes_match_only_each_other_and_one_type_is_not_enough() 
     assert "no batch size recorded" in cal.rule
     assert fingerprint_calibration(JOB, runs[:1] + runs[2:3], source=H100, target=A100) is None  # H100 only
     assert fingerprint_calibration(JOB, runs[2:], source=H100, target=H100) is None  # same type: nothing to learn
+
+
+def test_fleet_pairs_correct_the_roofline_by_the_median_miss_of_at_least_two_models() -> None:
+    from server.analysis.projection.calibrate import FleetPairs
+    from server.analysis.projection.inputs import measured_from_inputs
+    from server.analysis.projection.project import project
+
+    def pair(fp: str, batch: int, step_s: float, miss: float) -> list[tuple[str, dict]]:
+        """A configuration on both types whose A100 step is `miss` x what the roofline projects from its H100 run."""
+        src = {**_run(f"{fp}-h-{batch}", "H100", batch, step_s), "energy_per_step_j": 300.0 * step_s}
+        roofline = project(measured_from_inputs(src), A100).step_time_ratio.central
+        return [(fp, src), (fp, _run(f"{fp}-a-{batch}", "A100-80GB", batch, step_s * roofline * miss))]
+
+    one = pair("m1", 32, 0.1, 1.5)
+    assert FleetPairs(one).calibration(H100, A100) is None  # one model is not enough
+    runs = one + pair("m1", 64, 0.2, 1.4) + pair("m2", 32, 0.3, 0.9) + [("m3", _run("m3-h", "H100", 32, 0.2))]
+    cal = FleetPairs(runs).calibration(H100, A100)
+    assert cal is not None and cal.source == "fleet_pairs" and cal.models == 2 and cal.pairs == 3
+    assert cal.roofline_correction == pytest.approx(1.4)  # the median of 1.5, 1.4 and 0.9
+    assert cal.step_time_ratio is None and cal.energy_band_log_halfwidth is None
+    assert FleetPairs(runs).calibration(A100, A100) is None

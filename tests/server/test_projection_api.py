@@ -4,6 +4,7 @@ tests/data/kineto/hta/trace_diff) through the traces import path, on the real ap
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -126,7 +127,7 @@ GPU_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
 
 
 def _fingerprinted_run(api, op, agent, *, job_id: str, team: str, gpu: str, batch: int, step_s: float,
-                       power_w: float, seq: int, t0: float) -> None:  # type: ignore[no-untyped-def]
+                       power_w: float, seq: int, t0: float, fp: str = FP) -> None:  # type: ignore[no-untyped-def]
     """A finished 120-s run of model FP on one GPU: samples naming the GPU, steps, the hooks' framework_info."""
     import time as time_mod
 
@@ -144,7 +145,7 @@ def _fingerprinted_run(api, op, agent, *, job_id: str, team: str, gpu: str, batc
     assert api.post("/api/v1/ingest/samples", json=samples, headers=auth(agent)).status_code == 200
     steps = int((n - 1) / step_s)
     events: list[dict] = [{"kind": "framework_info", "job_id": job_id, "ts": t0 + 0.5, "rank": 0, "batch_size": batch,
-                           "batch_size_source": "dataloader", "fingerprint": FP, "precision": "torch.float32",
+                           "batch_size_source": "dataloader", "fingerprint": fp, "precision": "torch.float32",
                            "framework": "pytorch"}]
     events += [{"kind": "step", "job_id": job_id, "ts": t0 + (k + 1) * step_s, "step": k, "wall_s": step_s,
                 "samples": batch} for k in range(steps)]
@@ -207,6 +208,39 @@ def test_projection_calibrated_by_the_models_runs_on_both_gpus_within_the_caller
     # right-sizing's candidates: the A100 calibrated by the same runs, the others from the datasheets
     rs = api.get("/api/v1/jobs/nlp-h100-b64/rightsizing", headers=auth(nlp)).json()
     by_gpu = {c["gpu"]: c for c in rs["projections"]}
-    assert by_gpu["A100-80GB"]["calibrated"] is True and "measured on both types" in by_gpu["A100-80GB"]["summary"]
+    assert by_gpu["A100-80GB"]["calibration_source"] == "fingerprint_runs"
+    assert "measured on both types" in by_gpu["A100-80GB"]["summary"]
     assert by_gpu["A100-80GB"]["step_time_ratio"]["central"] == pytest.approx(ratio)
-    assert by_gpu["L40S"]["calibrated"] is False
+    assert by_gpu["L40S"]["calibration_source"] is None
+
+
+def test_a_model_never_run_on_the_target_is_corrected_by_other_models_pairs(api, make_token):
+    """No run of the job's model on the target type: other models' runs measured on both types (two models at
+    least) correct the roofline by how far it missed on them; a team that sees none of them gets the roofline."""
+    import time as time_mod
+
+    op, agent = make_token("operator"), make_token("agent", node="node-a")
+    nlp, solo = make_token("team", team="nlp"), make_token("team", team="solo")
+    t0 = time_mod.time() - 86400
+    runs = (("m1-h100", "nlp", "h100", "c1" * 10, 0.10, 500.0), ("m1-a100", "nlp", "a100", "c1" * 10, 0.22, 350.0),
+            ("m2-h100", "nlp", "h100", "c2" * 10, 0.30, 600.0), ("m2-a100", "nlp", "a100", "c2" * 10, 0.75, 380.0),
+            ("new-h100", "nlp", "h100", "c3" * 10, 0.20, 550.0),   # the job: its model never ran on an A100
+            ("solo-h100", "solo", "h100", "c3" * 10, 0.20, 550.0))  # the same, in a team that sees no pairs
+    for k, (job_id, team, gpu, fp, step_s, power_w) in enumerate(runs):
+        _fingerprinted_run(api, op, agent, job_id=job_id, team=team, gpu=gpu, batch=32, step_s=step_s,
+                           power_w=power_w, seq=k, t0=t0 + 600 * k, fp=fp)
+    p = api.get("/api/v1/jobs/new-h100/projection", params={"gpu": "A100-80GB"}, headers=auth(nlp)).json()
+    cal = p["calibration"]
+    assert cal["source"] == "fleet_pairs" and cal["models"] == 2 and cal["pairs"] == 2
+    assert sorted(cal["source_job_ids"]) == ["m1-h100", "m2-h100"] and cal["step_time_ratio"] is None
+    assert any("one run of it on A100-80GB" in n for n in p["notes"])
+    bare = api.get("/api/v1/jobs/solo-h100/projection", params={"gpu": "A100-80GB"}, headers=auth(solo)).json()
+    assert bare["calibration"] is None  # the solo team sees neither model's runs
+    # the same measurement (same step time and power): the correction is the whole difference
+    assert p["step_time_ratio"]["central"] == pytest.approx(bare["step_time_ratio"]["central"]
+                                                           * cal["roofline_correction"])
+    half = cal["band_log_halfwidth"]
+    assert p["step_time_ratio"]["high"] == pytest.approx(p["step_time_ratio"]["central"] * math.exp(half))
+    rs = api.get("/api/v1/jobs/new-h100/rightsizing", headers=auth(nlp)).json()
+    a100 = next(c for c in rs["projections"] if c["gpu"] == "A100-80GB")
+    assert a100["calibration_source"] == "fleet_pairs" and "2 other models' runs" in a100["summary"]

@@ -25,7 +25,7 @@ from server.analysis.base.jobdata import JobData, jsonable
 from server.analysis.energy.power_limit import job_power_limit_w
 from server.analysis.fleet.batch_sizing import SAFETY_MARGIN_FRACTION, batch_size_advice
 from server.analysis.fleet.rollup import rollup_gpus
-from server.analysis.projection.calibrate import fingerprint_calibration
+from server.analysis.projection.calibrate import FleetPairs, fingerprint_calibration
 from server.analysis.projection.inputs import NotEnoughData, measured_from_inputs
 from server.analysis.projection.project import project
 
@@ -194,7 +194,8 @@ def _inputs(item: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuModel] | None = None,
-              explain_missing: bool = True, fingerprint_runs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+              explain_missing: bool = True, fingerprint_runs: Sequence[Mapping[str, Any]] = (),
+              fleet_runs: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> dict[str, Any]:
     """Recommendations from the runs of one job or recurring job name (reports or their
     `rightsizing_inputs`), newest last. `explain_missing`: a recommendation that cannot be made yet says what it
     needs (off for a job's own report, which shows what can be done)."""
@@ -231,7 +232,8 @@ def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuMode
     recs.extend(_batch_recs(runs, catalog, explain_missing=explain_missing))
     recs.append(_power_cap_rec(runs))
     try:
-        out["projections"] = candidate_projections(last, catalog, fingerprint_runs=fingerprint_runs)
+        out["projections"] = candidate_projections(last, catalog, fingerprint_runs=fingerprint_runs,
+                                                   fleet_runs=fleet_runs)
         out["projection_unavailable"] = None
     except NotEnoughData as exc:
         out["projections"], out["projection_unavailable"] = [], str(exc)
@@ -252,18 +254,23 @@ def _more_or_less(ratio: Band | None, what: str) -> str | None:
 
 
 def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel], *,
-                          fingerprint_runs: Sequence[Mapping[str, Any]] = ()) -> list[CandidateGpu]:
+                          fingerprint_runs: Sequence[Mapping[str, Any]] = (),
+                          fleet_runs: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> list[CandidateGpu]:
     """The latest run (its `rightsizing_inputs`) projected onto every other catalogue GPU type: ratios to what it
     measured, with their bands; cheapest per step first, then by step time. `fingerprint_runs`: the
-    `rightsizing_inputs` of its model's runs (calibrate a type where some ran on it and on the run's type).
+    `rightsizing_inputs` of its model's runs (calibrate a type where some ran on it and on the run's type);
+    `fleet_runs`: (fingerprint, inputs) of any model's runs (other models' pairs calibrate the rest).
     Raises NotEnoughData."""
     run = measured_from_inputs(last, catalog=tuple(catalog))
+    pairs = FleetPairs(fleet_runs, catalog=tuple(catalog)) if fleet_runs else None
     out: list[CandidateGpu] = []
     for model in catalog:
         if model.name == run.gpu.name:
             continue
         calibration = fingerprint_calibration(last, fingerprint_runs, source=run.gpu, target=model,
                                               catalog=tuple(catalog)) if fingerprint_runs else None
+        if calibration is None and pairs is not None:
+            calibration = pairs.calibration(run.gpu, model)
         p = project(run, model, calibration=calibration)
         time_ratio = p.step_time_ratio
         cost = (_ratio_band(p.cost_per_step_usd, p.measured_cost_per_step_usd)
@@ -274,11 +281,12 @@ def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel], 
         if p.memory.fits is False:
             parts.append("does not fit in memory")
         if calibration is not None:
-            parts.append("measured on both types by this model's runs")
+            parts.append("measured on both types by this model's runs" if calibration.source == "fingerprint_runs"
+                         else f"roofline corrected by {calibration.models} other models' runs on both types")
         out.append(CandidateGpu(gpu=model.name, summary=f"on {model.name}: " + ", ".join(x for x in parts if x),
                                 basis=p.basis, step_time_ratio=time_ratio, cost_per_step_ratio=cost,
                                 energy_per_step_ratio=energy, fits=p.memory.fits,
-                                calibrated=calibration is not None))
+                                calibration_source=calibration.source if calibration is not None else None))
     return sorted(out, key=lambda c: (c.fits is False, c.cost_per_step_ratio.central if c.cost_per_step_ratio
                                       else math.inf, c.step_time_ratio.central))
 

@@ -1,4 +1,4 @@
-"""A projection calibrated by the fleet's own runs of the same model on both GPU types.
+"""A projection calibrated by what the fleet measured on both GPU types: the same model's runs, else other models'.
 
 When runs of the job's fingerprint (the same model, optimizer and framework: `fleetprof/fingerprint.py`) have been
 measured on the source GPU type and on the target, their ratio says what the datasheets cannot: how this model's
@@ -13,6 +13,14 @@ quantile of |log(projected / measured)| of the step time over Zeus' measured pai
 from the same model's other batch sizes; bench/projection.py, `fingerprint_calibrated`, which also scores a
 half-width fitted without each model on that model); the energy per step's band likewise.
 
+Without such runs of the job's model, other models' runs measured on both types still say how far the datasheet
+roofline misses between these two GPUs (`fleet_pair_calibration`): for each configuration (fingerprint, batch size,
+precision, GPU count) that ran on both, the measured target/source step-time ratio against the ratio the roofline
+projects from its source run (`project`, telemetry basis); the median of measured / projected over them (at least
+`FLEET_MIN_MODELS` models) multiplies the job's own roofline ratio. Its band: `FLEET_BAND_LOG_HALFWIDTH`, the 90 %
+quantile of |log error| on Zeus' pairs with each model corrected by the other models' pairs only (bench/projection.py,
+`fleet_pairs`).
+
 Pure: the runs are `rightsizing_inputs` records of stored reports (`server.analysis.fleet.rightsizing`).
 """
 
@@ -25,7 +33,8 @@ from typing import Any
 
 from fleetprof.api_models import ProjectionCalibration
 from server.analysis.base.gpu_catalog import GpuModel, find_model
-from server.analysis.projection.project import normalize_precision
+from server.analysis.projection.inputs import NotEnoughData, measured_from_inputs
+from server.analysis.projection.project import normalize_precision, project
 
 # The 90 % quantile of |log error| of the step time (x/÷1.13) and of the energy per step (x/÷1.16) over Zeus' five
 # models' pairs (bench/projection.py, `fingerprint_calibrated.fitted_*`); frozen here. The 90 % quantile, not 80 %:
@@ -33,6 +42,11 @@ from server.analysis.projection.project import normalize_precision
 FINGERPRINT_BAND_QUANTILE = 0.9
 FINGERPRINT_BAND_LOG_HALFWIDTH = 0.1225
 FINGERPRINT_ENERGY_BAND_LOG_HALFWIDTH = 0.1513
+# Other models' pairs: at least this many models (one model's miss is a poor guide to another's), and the band
+# (bench/projection.py, `fleet_pairs.fitted_band_log_halfwidth_ratio`; frozen here).
+FLEET_MIN_MODELS = 2
+FLEET_BAND_LOG_HALFWIDTH = 0.6473
+LISTED_JOB_IDS = 50
 
 
 def _rule(batch_sizes: list[int | None], sources: int, targets: int, ratio: float, source: str, target: str) -> str:
@@ -97,8 +111,71 @@ def fingerprint_calibration(job: Mapping[str, Any], runs: Sequence[Mapping[str, 
     targets = [str(r.get("job_id")) for b in chosen for r in both[b][target.name]]
     ratio = statistics.median(time_ratios)
     return ProjectionCalibration(
-        source="fingerprint_runs", batch_sizes=chosen, source_job_ids=sources, target_job_ids=targets,
+        source="fingerprint_runs", batch_sizes=chosen, source_job_ids=sources[:LISTED_JOB_IDS],
+        target_job_ids=targets[:LISTED_JOB_IDS], models=1, pairs=len(chosen),
         step_time_ratio=ratio, energy_per_step_ratio=statistics.median(energy_ratios) if energy_ratios else None,
         band_log_halfwidth=FINGERPRINT_BAND_LOG_HALFWIDTH,
         energy_band_log_halfwidth=FINGERPRINT_ENERGY_BAND_LOG_HALFWIDTH,
         rule=_rule(chosen, len(sources), len(targets), ratio, source.name, target.name))
+
+
+class FleetPairs:
+    """The fleet's runs grouped once by configuration (fingerprint, batch size, precision, GPU count) and GPU type,
+    to calibrate projections between any two types (`calibration`)."""
+
+    def __init__(self, runs: Sequence[tuple[str, Mapping[str, Any]]], *,
+                 catalog: tuple[GpuModel, ...] | None = None) -> None:
+        """`runs`: (fingerprint, `rightsizing_inputs`) of the fleet's runs."""
+        self._catalog = catalog
+        names: dict[Any, str | None] = {}
+        self._groups: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
+        for fingerprint, run in runs:
+            raw = run.get("gpu_name")
+            gpu = names[raw] if raw in names else names.setdefault(raw, _catalogue_name(raw, catalog))
+            if gpu is not None and (run.get("step_time_s") or 0) > 0:
+                key = (fingerprint, run.get("batch_size"), normalize_precision(run.get("precision")),
+                       int(run.get("gpu_count") or 1))
+                self._groups.setdefault(key, {}).setdefault(gpu, []).append(run)
+
+    def calibration(self, source: GpuModel, target: GpuModel) -> ProjectionCalibration | None:
+        """None when fewer than FLEET_MIN_MODELS models ran one configuration on both types."""
+        if source.name == target.name:
+            return None
+        residuals: list[float] = []
+        models: set[str] = set()
+        sources: list[str] = []
+        targets: list[str] = []
+        for key, sides in self._groups.items():
+            src, dst = sides.get(source.name), sides.get(target.name)
+            if not src or not dst:
+                continue
+            t_s = statistics.median(float(r["step_time_s"]) for r in src)
+            t_d = statistics.median(float(r["step_time_s"]) for r in dst)
+            representative = min(src, key=lambda r: abs(float(r["step_time_s"]) - t_s))
+            try:
+                run = measured_from_inputs(representative, catalog=self._catalog)
+            except NotEnoughData:
+                continue
+            residuals.append(math.log(t_d / t_s / project(run, target).step_time_ratio.central))
+            models.add(key[0])
+            sources += [str(r.get("job_id")) for r in src]
+            targets += [str(r.get("job_id")) for r in dst]
+        if len(models) < FLEET_MIN_MODELS:
+            return None
+        correction = math.exp(statistics.median(residuals))
+        rule = (f"the roofline x{correction:.3g}: the median measured / projected step-time ratio of "
+                f"{len(residuals)} configuration(s) of {len(models)} other model(s) measured on both {source.name} "
+                f"and {target.name}; x/÷{math.exp(FLEET_BAND_LOG_HALFWIDTH):.2f}, the "
+                f"{FINGERPRINT_BAND_QUANTILE:.0%} quantile of |log error| on measured GPU pairs with each model "
+                "corrected by the others' only (Zeus NSDI'23; bench/projection.py)")
+        return ProjectionCalibration(
+            source="fleet_pairs", batch_sizes=[], source_job_ids=sources[:LISTED_JOB_IDS],
+            target_job_ids=targets[:LISTED_JOB_IDS], step_time_ratio=None, energy_per_step_ratio=None,
+            roofline_correction=correction, models=len(models), pairs=len(residuals),
+            band_log_halfwidth=FLEET_BAND_LOG_HALFWIDTH, energy_band_log_halfwidth=None, rule=rule)
+
+
+def fleet_pair_calibration(runs: Sequence[tuple[str, Mapping[str, Any]]], *, source: GpuModel, target: GpuModel,
+                           catalog: tuple[GpuModel, ...] | None = None) -> ProjectionCalibration | None:
+    """`FleetPairs(runs).calibration(source, target)`, for one pair of types."""
+    return FleetPairs(runs, catalog=catalog).calibration(source, target)

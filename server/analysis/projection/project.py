@@ -140,7 +140,8 @@ def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth:
     err = 1.0 + MODEL_ERROR_FRACTION
     if calibration is not None:
         spread = math.exp(calibration.band_log_halfwidth)
-        c = calibration.step_time_ratio
+        c = (calibration.step_time_ratio if calibration.step_time_ratio is not None
+             else central * (calibration.roofline_correction or 1.0))
         ratio = _band(c, c / spread, c * spread)
         band_source = calibration.rule
     elif s.basis == "telemetry":
@@ -176,7 +177,8 @@ def project(run: MeasuredRun, target: GpuModel, *, telemetry_band_log_halfwidth:
     n = run.gpu_count
     energy = Band(central=power.central * step.central * n, low=power.low * step.low * n,
                   high=power.high * step.high * n)
-    if calibration is not None and calibration.energy_per_step_ratio is not None and run.energy_per_step_j:
+    if (calibration is not None and calibration.energy_per_step_ratio is not None and run.energy_per_step_j
+            and calibration.energy_band_log_halfwidth is not None):
         e = run.energy_per_step_j * calibration.energy_per_step_ratio
         spread = math.exp(calibration.energy_band_log_halfwidth)
         energy = Band(central=e, low=e / spread, high=e * spread)
