@@ -73,10 +73,14 @@ def history_reports(runs: int, hours: float, gpus: int) -> list[dict]:
     return out
 
 
+OTHER_GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S")
+
+
 def seed(factory, reports: list[dict], other_jobs: int, gpus: int) -> None:  # type: ignore[no-untyped-def]
     """The recurring job's runs (one a day, with their GPUs) and `other_jobs` runs of 500 other names in the
     same team over the same months, each with a report (a small one: only the history query's selectivity
-    matters for them, the answer never reads their documents)."""
+    matters for them, the answer never reads their documents) and a fingerprint per name: the fleet's runs of
+    other models that calibrate the projections onto other GPU types (`_other_inputs`)."""
     now = time.time()
     with session_scope(factory) as session:
         node = Node(name="bench-node", dropped_samples_total=0)
@@ -103,12 +107,21 @@ def seed(factory, reports: list[dict], other_jobs: int, gpus: int) -> None:  # t
         session.execute(Job.__table__.insert(), [
             {"job_id": f"other-{k:06d}", "name": f"other-model-{k % 500}", "team": TEAM, "state": "finished",
              "started_at": from_epoch(now - span * (k + 1) / other_jobs), "ended_at": from_epoch(now - span * k / other_jobs),
-             "created_at": from_epoch(now), "updated_at": from_epoch(now), "extra": {}} for k in range(other_jobs)])
+             "created_at": from_epoch(now), "updated_at": from_epoch(now), "extra": {},
+             "fingerprint": f"{k % 500:020x}"} for k in range(other_jobs)])
         pks = session.execute(select(Job.id, Job.job_id).where(Job.job_id.like("other-%"))).all()
         session.execute(Report.__table__.insert(), [
             {"job_pk": pk, "analyzer_version": ANALYZER_VERSION, "computed_at": from_epoch(now),
-             "data": {"job_id": job_id, "rightsizing_inputs": {"job_id": job_id, "peak_used_bytes": 10 * GIB}}}
-            for pk, job_id in pks])
+             "data": {"job_id": job_id, "rightsizing_inputs": _other_inputs(job_id)}} for pk, job_id in pks])
+
+
+def _other_inputs(job_id: str) -> dict[str, object]:
+    """A run of another model: on one of three GPU types in turn (so that every model has runs on each, the
+    projections' other-models' pairs), 8 GPUs like the recurring job."""
+    k = int(job_id.rsplit("-", 1)[1])
+    return {"job_id": job_id, "peak_used_bytes": 10 * GIB, "gpu_name": OTHER_GPUS[k % len(OTHER_GPUS)],
+            "gpu_count": 8, "batch_size": 32, "precision": "torch.bfloat16", "step_time_s": 0.2 + (k % 7) * 0.05,
+            "energy_per_step_j": 800.0 + (k % 5) * 40.0, "gpu_util_mean_pct": 85.0}
 
 
 def main() -> int:

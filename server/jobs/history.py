@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from server.analysis import characterize as characterize_mod
@@ -53,6 +53,16 @@ def fingerprinted_inputs(session: Session, *, team: str | None, limit: int,
     first; `team` as in `fingerprint_inputs`."""
     where = (Job.fingerprint.is_not(None),) + ((Job.team == team,) if team is not None else ())
     return stored_inputs(session, *where, limit=limit, cache=cache, label=Job.fingerprint)
+
+
+def reports_version(session: Session) -> tuple[Any, ...]:
+    """(database, analyzer version, the oldest and the newest stored report's computed_at): two probes of
+    ix_reports_computed_at that tell whether what is derived from many stored reports may have changed. The
+    newest moves whenever a report is stored; the oldest when the oldest is removed or the tables are emptied.
+    Removing another report moves neither: such derived answers also expire (server/jobs/projection.py)."""
+    version = characterize_mod.ANALYZER_VERSION
+    oldest, newest = session.execute(select(func.min(Report.computed_at), func.max(Report.computed_at))).one()
+    return str(session.get_bind().engine.url), version, oldest, newest
 
 
 def stored_inputs(session: Session, *where: ColumnElement[bool], limit: int,

@@ -1,10 +1,12 @@
 """A job's measured run projected onto another GPU type (GET /api/v1/jobs/{job_id}/projection?gpu=TYPE).
 
-Calibrated by the runs of the job's fingerprint measured on both GPU types when the caller may see some (a team
-token: its team's runs; a scheduler or operator: every team's); the datasheet roofline otherwise."""
+Calibrated by what the fleet measured on both GPU types that the caller may see (a team token: its team's runs; a
+scheduler or operator: every team's): runs of the job's fingerprint, else other models' pairs; the datasheet
+roofline otherwise (server/analysis/projection/calibrate.py)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,20 +14,26 @@ from sqlalchemy.orm import Session
 
 from fleetprof.api_models import ProjectionOut
 from server.analysis.base.gpu_catalog import find_model, load_catalog
-from server.analysis.projection.calibrate import fingerprint_calibration, fleet_pair_calibration
+from server.analysis.projection.calibrate import FleetPairs, fingerprint_calibration
 from server.analysis.projection.inputs import NotEnoughData, measured_from_report
 from server.analysis.projection.project import project
 from server.auth.service import Principal
 from server.config import ServerSettings
 from server.errors import Conflict, InvalidInput
 from server.jobs import report_store
-from server.jobs.history import fingerprint_inputs, fingerprinted_inputs
+from server.jobs.history import fingerprint_inputs, fingerprinted_inputs, reports_version
+from server.lru import LruCache
 from server.models import Job
 
 # The newest runs read for a calibration (their stored `rightsizing_inputs` only): of the job's fingerprint, and
 # of any model (other models' pairs).
 CALIBRATION_RUNS = 500
 FLEET_CALIBRATION_RUNS = 5000
+# Grouped fleet runs per (database, analyzer version, oldest stored report, scope): (built at, newest stored report
+# then, the groups).
+FLEET_PAIRS: LruCache[tuple[Any, ...], tuple[float, Any, FleetPairs]] = LruCache(max_entries=64)
+FLEET_PAIRS_REUSE_S = 30.0
+FLEET_PAIRS_MAX_AGE_S = 600.0
 
 
 def catalogue_names() -> list[str]:
@@ -41,13 +49,29 @@ def visible_fingerprint_runs(session: Session, job: Job, principal: Principal) -
     return [inputs for _, inputs in fingerprint_inputs(session, job.fingerprint, team=team, limit=CALIBRATION_RUNS)]
 
 
-def visible_fleet_runs(session: Session, principal: Principal) -> list[tuple[str, Mapping[str, Any]]]:
-    """(fingerprint, stored `rightsizing_inputs`) of the fingerprinted runs `principal` may see, newest
-    FLEET_CALIBRATION_RUNS."""
+def visible_fleet_pairs(session: Session, principal: Principal,
+                        cache: LruCache[tuple[Any, ...], tuple[float, Any, FleetPairs]] = FLEET_PAIRS,
+                        ) -> FleetPairs | None:
+    """The fingerprinted runs `principal` may see (newest FLEET_CALIBRATION_RUNS), grouped for other models' pairs;
+    None when it may see none. Kept per scope: rebuilt when a report was stored since (`reports_version`, one index
+    probe) and the kept one is over FLEET_PAIRS_REUSE_S old, or when it is over FLEET_PAIRS_MAX_AGE_S old (a
+    removed run leaves no other trace). A rebuild reads and groups up to 5000 runs (~50 ms): a busy fleet, storing
+    reports every few seconds, pays it at most once per FLEET_PAIRS_REUSE_S per scope."""
     if not (principal.reads_all_jobs or principal.team is not None):
-        return []
+        return None
     team = None if principal.reads_all_jobs else principal.team
-    return fingerprinted_inputs(session, team=team, limit=FLEET_CALIBRATION_RUNS)
+    database, analyzer, oldest, newest = reports_version(session)
+    key = (database, analyzer, oldest, team)  # a new oldest report: another set of runs, never reused
+    now = time.monotonic()
+    kept = cache.get(key)
+    if kept is not None:
+        built_at, version, pairs = kept
+        age = now - built_at
+        if age < FLEET_PAIRS_MAX_AGE_S and (version == newest or age < FLEET_PAIRS_REUSE_S):
+            return pairs
+    pairs = FleetPairs(fingerprinted_inputs(session, team=team, limit=FLEET_CALIBRATION_RUNS))
+    cache.put(key, (now, newest, pairs))
+    return pairs
 
 
 def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu: str,
@@ -66,7 +90,8 @@ def job_projection(session: Session, job: Job, settings: ServerSettings, *, gpu:
     calibration = (fingerprint_calibration(report.get("rightsizing_inputs") or {}, runs, source=run.gpu,
                                            target=target) if runs else None)
     if calibration is None:
-        calibration = fleet_pair_calibration(visible_fleet_runs(session, principal), source=run.gpu, target=target)
+        pairs = visible_fleet_pairs(session, principal)
+        calibration = pairs.calibration(run.gpu, target) if pairs is not None else None
     answer = project(run, target, calibration=calibration)
     if (calibration is None or calibration.source != "fingerprint_runs") and target.name != run.gpu.name:
         hint = ("no run of this model visible on both types: one run of it on "

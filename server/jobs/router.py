@@ -32,7 +32,7 @@ from server.jobs import service as job_service
 from server.jobs.history import rightsizing_history
 from server.jobs.html_report import render_report_html
 from server.jobs.plot_series import downsampled_steps, step_memory_source, wall_histogram
-from server.jobs.projection import job_projection, visible_fingerprint_runs, visible_fleet_runs
+from server.jobs.projection import job_projection, visible_fingerprint_runs, visible_fleet_pairs
 from server.jobs.schemas import (
     JobAck,
     JobCreate,
@@ -359,7 +359,7 @@ def _rightsizing(session: Session, job: Job, settings: ServerSettings, history: 
         report_store.compute_report(session, job, settings)
     runs = rightsizing_history(session, job, limit=history)
     result = rightsize([r for _, r in runs], fingerprint_runs=visible_fingerprint_runs(session, job, principal),
-                       fleet_runs=visible_fleet_runs(session, principal))
+                       fleet_pairs=visible_fleet_pairs(session, principal))
     return {"job_id": job.job_id, "name": job.name, "team": job.team, "history_job_ids": [j for j, _ in runs],
             **result}
 

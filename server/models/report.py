@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Integer
+from sqlalchemy import ForeignKey, Index, Integer
 from sqlalchemy.orm import Mapped, mapped_column
 
 from server.models.base import Base, JsonDoc, UtcDateTime
@@ -13,6 +13,8 @@ class Report(Base):
     """The cached characterization of a job, one per analyzer version."""
 
     __tablename__ = "reports"
+    # ix_reports_computed_at: the newest stored report in one probe (it versions what projections derive from them).
+    __table_args__ = (Index("ix_reports_computed_at", "computed_at"),)
 
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     analyzer_version: Mapped[int] = mapped_column(Integer, primary_key=True)

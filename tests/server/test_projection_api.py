@@ -214,7 +214,7 @@ def test_projection_calibrated_by_the_models_runs_on_both_gpus_within_the_caller
     assert by_gpu["L40S"]["calibration_source"] is None
 
 
-def test_a_model_never_run_on_the_target_is_corrected_by_other_models_pairs(api, make_token):
+def test_a_model_never_run_on_the_target_is_corrected_by_other_models_pairs(api, make_token, monkeypatch):
     """No run of the job's model on the target type: other models' runs measured on both types (two models at
     least) correct the roofline by how far it missed on them; a team that sees none of them gets the roofline."""
     import time as time_mod
@@ -244,3 +244,14 @@ def test_a_model_never_run_on_the_target_is_corrected_by_other_models_pairs(api,
     rs = api.get("/api/v1/jobs/new-h100/rightsizing", headers=auth(nlp)).json()
     a100 = next(c for c in rs["projections"] if c["gpu"] == "A100-80GB")
     assert a100["calibration_source"] == "fleet_pairs" and "2 other models' runs" in a100["summary"]
+    # a third model measured on both types: an answer after the reuse window uses it (the grouped runs are kept
+    # until a report is stored and FLEET_PAIRS_REUSE_S pass: here, no wait)
+    from server.jobs import projection as projection_mod
+    kept = api.get("/api/v1/jobs/new-h100/projection", params={"gpu": "A100-80GB"}, headers=auth(nlp)).json()
+    monkeypatch.setattr(projection_mod, "FLEET_PAIRS_REUSE_S", 0.0)
+    for k, (job_id, gpu, step_s) in enumerate((("m4-h100", "h100", 0.2), ("m4-a100", "a100", 0.9))):
+        _fingerprinted_run(api, op, agent, job_id=job_id, team="nlp", gpu=gpu, batch=32, step_s=step_s,
+                           power_w=500.0, seq=10 + k, t0=t0 + 600 * (10 + k), fp="c4" * 10)
+    again = api.get("/api/v1/jobs/new-h100/projection", params={"gpu": "A100-80GB"}, headers=auth(nlp)).json()
+    assert again["calibration"]["models"] == 3 and "m4-h100" in again["calibration"]["source_job_ids"]
+    assert kept["calibration"]["models"] == 2

@@ -195,7 +195,7 @@ def _inputs(item: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuModel] | None = None,
               explain_missing: bool = True, fingerprint_runs: Sequence[Mapping[str, Any]] = (),
-              fleet_runs: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> dict[str, Any]:
+              fleet_pairs: FleetPairs | None = None) -> dict[str, Any]:
     """Recommendations from the runs of one job or recurring job name (reports or their
     `rightsizing_inputs`), newest last. `explain_missing`: a recommendation that cannot be made yet says what it
     needs (off for a job's own report, which shows what can be done)."""
@@ -233,7 +233,7 @@ def rightsize(history: Sequence[Mapping[str, Any]], *, catalog: Sequence[GpuMode
     recs.append(_power_cap_rec(runs))
     try:
         out["projections"] = candidate_projections(last, catalog, fingerprint_runs=fingerprint_runs,
-                                                   fleet_runs=fleet_runs)
+                                                   fleet_pairs=fleet_pairs)
         out["projection_unavailable"] = None
     except NotEnoughData as exc:
         out["projections"], out["projection_unavailable"] = [], str(exc)
@@ -255,22 +255,21 @@ def _more_or_less(ratio: Band | None, what: str) -> str | None:
 
 def candidate_projections(last: Mapping[str, Any], catalog: Sequence[GpuModel], *,
                           fingerprint_runs: Sequence[Mapping[str, Any]] = (),
-                          fleet_runs: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> list[CandidateGpu]:
+                          fleet_pairs: FleetPairs | None = None) -> list[CandidateGpu]:
     """The latest run (its `rightsizing_inputs`) projected onto every other catalogue GPU type: ratios to what it
     measured, with their bands; cheapest per step first, then by step time. `fingerprint_runs`: the
     `rightsizing_inputs` of its model's runs (calibrate a type where some ran on it and on the run's type);
-    `fleet_runs`: (fingerprint, inputs) of any model's runs (other models' pairs calibrate the rest).
+    `fleet_pairs`: the fleet's runs of any model (other models' pairs calibrate the rest).
     Raises NotEnoughData."""
     run = measured_from_inputs(last, catalog=tuple(catalog))
-    pairs = FleetPairs(fleet_runs, catalog=tuple(catalog)) if fleet_runs else None
     out: list[CandidateGpu] = []
     for model in catalog:
         if model.name == run.gpu.name:
             continue
         calibration = fingerprint_calibration(last, fingerprint_runs, source=run.gpu, target=model,
                                               catalog=tuple(catalog)) if fingerprint_runs else None
-        if calibration is None and pairs is not None:
-            calibration = pairs.calibration(run.gpu, model)
+        if calibration is None and fleet_pairs is not None:
+            calibration = fleet_pairs.calibration(run.gpu, model)
         p = project(run, model, calibration=calibration)
         time_ratio = p.step_time_ratio
         cost = (_ratio_band(p.cost_per_step_usd, p.measured_cost_per_step_usd)

@@ -34,7 +34,7 @@ from typing import Any
 from fleetprof.api_models import ProjectionCalibration
 from server.analysis.base.gpu_catalog import GpuModel, find_model
 from server.analysis.projection.inputs import NotEnoughData, measured_from_inputs
-from server.analysis.projection.project import normalize_precision, project
+from server.analysis.projection.project import MeasuredRun, normalize_precision, roofline_step_ratio
 
 # The 90 % quantile of |log error| of the step time (x/÷1.13) and of the energy per step (x/÷1.16) over Zeus' five
 # models' pairs (bench/projection.py, `fingerprint_calibrated.fitted_*`); frozen here. The 90 % quantile, not 80 %:
@@ -127,6 +127,8 @@ class FleetPairs:
                  catalog: tuple[GpuModel, ...] | None = None) -> None:
         """`runs`: (fingerprint, `rightsizing_inputs`) of the fleet's runs."""
         self._catalog = catalog
+        self._runs: dict[tuple[Any, ...], tuple[MeasuredRun, float] | None] = {}
+        self._answers: dict[tuple[str, str], ProjectionCalibration | None] = {}
         names: dict[Any, str | None] = {}
         self._groups: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
         for fingerprint, run in runs:
@@ -137,8 +139,29 @@ class FleetPairs:
                        int(run.get("gpu_count") or 1))
                 self._groups.setdefault(key, {}).setdefault(gpu, []).append(run)
 
+    def _measured(self, key: tuple[Any, ...], gpu: str) -> tuple[MeasuredRun, float] | None:
+        """(the run nearest the configuration's median step time on `gpu`, as a measured run; that median),
+        built once per configuration and type; None when the run lacks what a projection needs."""
+        memo = (key, gpu)
+        if memo not in self._runs:
+            runs = self._groups[key][gpu]
+            median = statistics.median(float(r["step_time_s"]) for r in runs)
+            representative = min(runs, key=lambda r: abs(float(r["step_time_s"]) - median))
+            try:
+                self._runs[memo] = (measured_from_inputs(representative, catalog=self._catalog), median)
+            except NotEnoughData:
+                self._runs[memo] = None
+        return self._runs[memo]
+
     def calibration(self, source: GpuModel, target: GpuModel) -> ProjectionCalibration | None:
-        """None when fewer than FLEET_MIN_MODELS models ran one configuration on both types."""
+        """None when fewer than FLEET_MIN_MODELS models ran one configuration on both types. Answered once per pair
+        of types (the object is kept while its runs stand: server/jobs/projection.py)."""
+        key = (source.name, target.name)
+        if key not in self._answers:
+            self._answers[key] = self._calibration(source, target)
+        return self._answers[key]
+
+    def _calibration(self, source: GpuModel, target: GpuModel) -> ProjectionCalibration | None:
         if source.name == target.name:
             return None
         residuals: list[float] = []
@@ -149,14 +172,12 @@ class FleetPairs:
             src, dst = sides.get(source.name), sides.get(target.name)
             if not src or not dst:
                 continue
-            t_s = statistics.median(float(r["step_time_s"]) for r in src)
-            t_d = statistics.median(float(r["step_time_s"]) for r in dst)
-            representative = min(src, key=lambda r: abs(float(r["step_time_s"]) - t_s))
-            try:
-                run = measured_from_inputs(representative, catalog=self._catalog)
-            except NotEnoughData:
+            measured = self._measured(key, source.name)
+            if measured is None:
                 continue
-            residuals.append(math.log(t_d / t_s / project(run, target).step_time_ratio.central))
+            run, t_s = measured
+            t_d = statistics.median(float(r["step_time_s"]) for r in dst)
+            residuals.append(math.log(t_d / t_s / roofline_step_ratio(run, target)))
             models.add(key[0])
             sources += [str(r.get("job_id")) for r in src]
             targets += [str(r.get("job_id")) for r in dst]

@@ -108,6 +108,15 @@ def _time_factor(s: StepShares, cb: float, r_c: float, r_m: float, comm_ratio: f
     return cb * r_c + mb * r_m + s.communication * comm_ratio + s.idle
 
 
+def roofline_step_ratio(run: MeasuredRun, target: GpuModel) -> float:
+    """The central target/source step-time ratio of the datasheet roofline alone (`project`'s before any
+    calibration), without building the whole answer."""
+    precision = normalize_precision(run.precision)
+    f_s, f_d = run.gpu.peak_flops(precision), target.peak_flops(target_precision(precision, target))
+    r_m = run.gpu.mem_bandwidth_bytes_per_s / target.mem_bandwidth_bytes_per_s
+    return _time_factor(run.shares, run.shares.compute_bound, f_s / f_d, r_m, 1.0)
+
+
 def _modelled_power_fraction(s: StepShares, r_c: float, r_m: float) -> tuple[float, float]:
     """(source, target) power fractions of TDP by the power rule for this step's mix before and after scaling."""
     def frac(cb_t: float, mb_t: float) -> float:
