@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from bench.report import write_report
-from server.analysis.base.gpu_catalog import find_model
+from fleetprof.api_models import ProjectionCalibration
+from server.analysis.base.gpu_catalog import GpuModel, find_model
 from server.analysis.projection import calibrate as calibrate_mod
 from server.analysis.projection import project as project_mod
 from server.analysis.projection import shares as shares_mod
@@ -352,11 +353,16 @@ def fingerprint_pairs(runs: Sequence[Measured], *, band_log_halfwidth: float | N
         if band_log_halfwidth is not None and energy_band_log_halfwidth is not None:
             cal = cal.model_copy(update={"band_log_halfwidth": band_log_halfwidth,
                                          "energy_band_log_halfwidth": energy_band_log_halfwidth})
-        p = project(src.run, target, calibration=cal)
-        out.append(replace(r, basis="fingerprint", projected_s=p.step_time_s.central, low_s=p.step_time_s.low,
-                           high_s=p.step_time_s.high, projected_energy_j=p.energy_per_step_j.central,
-                           energy_low_j=p.energy_per_step_j.low, energy_high_j=p.energy_per_step_j.high))
+        out.append(_calibrated(r, src, target, cal))
     return out
+
+
+def _calibrated(r: PairResult, src: Measured, target: GpuModel, cal: ProjectionCalibration) -> PairResult:
+    """Pair `r` projected again with the product's calibration `cal`."""
+    p = project(src.run, target, calibration=cal)
+    return replace(r, basis=cal.source, projected_s=p.step_time_s.central, low_s=p.step_time_s.low,
+                   high_s=p.step_time_s.high, projected_energy_j=p.energy_per_step_j.central,
+                   energy_low_j=p.energy_per_step_j.low, energy_high_j=p.energy_per_step_j.high)
 
 
 def fingerprint_calibrated(runs: Sequence[Measured]) -> dict[str, Any]:
@@ -393,37 +399,29 @@ def fingerprint_calibrated(runs: Sequence[Measured]) -> dict[str, Any]:
 
 def fleet_pair_results(runs: Sequence[Measured], models: Iterable[str], *,
                        band_log_halfwidth: float | None = None) -> list[PairResult]:
-    """The pairs of `models`, each corrected by the product's `fleet_pair_calibration` from the other models' runs
+    """The pairs of `models`, each corrected by the product's `FleetPairs` calibration from the other models' runs
     only (`runs` minus every run of the scored model): how a fleet that never ran the model does."""
     defaults = [m for m in runs if m.limit_fraction == 1.0]
     out: list[PairResult] = []
     for held in sorted(set(models)):
-        others = [(_fingerprint(m.workload), _as_inputs(m)) for m in defaults if m.network != held]
+        others = calibrate_mod.FleetPairs([(_fingerprint(m.workload), _as_inputs(m)) for m in defaults
+                                           if m.network != held])
         scored = [m for m in runs if m.network == held]
-        corrections: dict[tuple[str, str], Any] = {}
         for r in project_pairs(scored):
-            key = (r.source, r.target)
-            if key not in corrections:
-                src_gpu, dst_gpu = find_model(r.source), find_model(r.target)
-                assert src_gpu is not None and dst_gpu is not None
-                corrections[key] = calibrate_mod.fleet_pair_calibration(others, source=src_gpu, target=dst_gpu)
-            cal = corrections[key]
+            src_gpu, target = find_model(r.source), find_model(r.target)
+            assert src_gpu is not None and target is not None
+            cal = others.calibration(src_gpu, target)
             if cal is None:
                 continue
             if band_log_halfwidth is not None:
                 cal = cal.model_copy(update={"band_log_halfwidth": band_log_halfwidth})
             src = next(m for m in scored if m.workload == r.workload and m.run.gpu.name == r.source)
-            target = find_model(r.target)
-            assert target is not None
-            p = project(src.run, target, calibration=cal)
-            out.append(replace(r, basis="fleet_pairs", projected_s=p.step_time_s.central, low_s=p.step_time_s.low,
-                               high_s=p.step_time_s.high, projected_energy_j=p.energy_per_step_j.central,
-                               energy_low_j=p.energy_per_step_j.low, energy_high_j=p.energy_per_step_j.high))
+            out.append(_calibrated(r, src, target, cal))
     return out
 
 
 def fleet_pairs(runs: Sequence[Measured]) -> dict[str, Any]:
-    """Other models' pairs as the calibration (the product's `fleet_pair_calibration`), leave one model out: each
+    """Other models' pairs as the calibration (the product's `FleetPairs`), leave one model out: each
     model's pairs corrected by the other four models' runs. The band's half-width: the 90 % quantile of |log error|
     over all five so scored (the product's frozen value is checked against it); its held-out coverage: each model
     scored with a half-width fitted on the other four (each of those corrected by the other three)."""

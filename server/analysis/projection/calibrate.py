@@ -14,7 +14,7 @@ from the same model's other batch sizes; bench/projection.py, `fingerprint_calib
 half-width fitted without each model on that model); the energy per step's band likewise.
 
 Without such runs of the job's model, other models' runs measured on both types still say how far the datasheet
-roofline misses between these two GPUs (`fleet_pair_calibration`): for each configuration (fingerprint, batch size,
+roofline misses between these two GPUs (`FleetPairs`): for each configuration (fingerprint, batch size,
 precision, GPU count) that ran on both, the measured target/source step-time ratio against the ratio the roofline
 projects from its source run (`project`, telemetry basis); the median of measured / projected over them (at least
 `FLEET_MIN_MODELS` models) multiplies the job's own roofline ratio. Its band: `FLEET_BAND_LOG_HALFWIDTH`, the 90 %
@@ -195,8 +195,3 @@ class FleetPairs:
             roofline_correction=correction, models=len(models), pairs=len(residuals),
             band_log_halfwidth=FLEET_BAND_LOG_HALFWIDTH, energy_band_log_halfwidth=None, rule=rule)
 
-
-def fleet_pair_calibration(runs: Sequence[tuple[str, Mapping[str, Any]]], *, source: GpuModel, target: GpuModel,
-                           catalog: tuple[GpuModel, ...] | None = None) -> ProjectionCalibration | None:
-    """`FleetPairs(runs).calibration(source, target)`, for one pair of types."""
-    return FleetPairs(runs, catalog=catalog).calibration(source, target)
