@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from dashboard.client import ApiError
-from fleetprof.api_models import FleetSummary, JobList, JobRead
+from fleetprof.api_models import CandidateGpu, FleetSummary, JobList, JobRead
 from fleetprof.report import JobReport
 
 M = TypeVar("M", bound=BaseModel)
 # Not an HTTP status the API sends: the call succeeded, its answer is not what this dashboard reads.
 UNEXPECTED_ANSWER = 502
+
+
+_CANDIDATES: TypeAdapter[list[CandidateGpu]] = TypeAdapter(list[CandidateGpu])
 
 
 def parse(model: type[M], doc: Any, what: str) -> M:
@@ -43,3 +46,17 @@ def job_list(doc: Any) -> JobList:
 
 def fleet_summary(doc: Any) -> FleetSummary:
     return parse(FleetSummary, doc, "fleet summary")
+
+
+def other_gpu_types(doc: Any) -> tuple[list[CandidateGpu], str | None]:
+    """A right-sizing answer's `projections[]` (the job on each other catalogue GPU type) and
+    `projection_unavailable` (why there are none)."""
+    if not isinstance(doc, dict):
+        raise ApiError(UNEXPECTED_ANSWER, "the API's right-sizing is not what this dashboard reads (not an object)")
+    try:
+        candidates = _CANDIDATES.validate_python(doc.get("projections") or [])
+    except ValidationError as exc:
+        raise ApiError(UNEXPECTED_ANSWER, f"the API's right-sizing projections are not what this dashboard reads "
+                                          f"({exc.error_count()} problem(s))") from exc
+    unavailable = doc.get("projection_unavailable")
+    return candidates, unavailable if isinstance(unavailable, str) else None

@@ -1,14 +1,16 @@
 """Job report page: memory, power and utilization timelines, step times, layers, energy, recommendations,
 optimization plans, and the HTML report to download.
 
-Three server callbacks, started together when the page opens, each fetching its API data in parallel:
+Server callbacks, started together when the page opens, each fetching its API data in parallel:
 - `_report`: the job and its stored report -> KPIs, energy, recommendations, plans, layers, GPUs, sources;
 - `_timelines`: memory, power and utilization series (one call: the API reads each GPU's samples once) and the
   framework steps, downsampled by the API to the plots' width -> the three time plots and the step-time
   histogram;
 - `_captures`: the job and its live captures (issue #19), with the report's breakdowns of analyzed ones -> the
   Captures list and whether the Capture control is enabled (a running job only). `_request_capture` POSTs a
-  capture with the signed-in token and re-runs `_captures`.
+  capture with the signed-in token and re-runs `_captures`;
+- `_other_gpus`: the job's right-sizing -> its projections onto the catalogue's other GPU types, with what set
+  their ratios (the page stands without them).
 A zoom on any time plot (or its reset) re-runs `_timelines` for the range, so the plots show it at full
 resolution and share one time axis. The browser decides what counts as a zoom (`job-view`, a clientside
 callback): the plots' own autosize events never reach the server.
@@ -17,7 +19,7 @@ callback): the plots' own autosize events never reach the server.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import unquote
 
@@ -33,7 +35,7 @@ from dashboard.downloads import report_href, trace_href
 from dashboard.pages.compare import characterization_href, compare_href
 from dashboard.session import AuthStore
 from fleetprof import units
-from fleetprof.api_models import Capture, JobRead
+from fleetprof.api_models import Band, CandidateGpu, Capture, JobRead
 from fleetprof.jobid import job_id_problem
 from fleetprof.report import CaptureEntry, JobReport, ProcessMemory, TimeBreakdown
 
@@ -66,7 +68,35 @@ def layout(job_id: str | None = None, **_: Any) -> html.Div:
         html.Div([half("job-power"), half("job-util")], className="row"),
         html.Div([half("job-step-hist"), half("job-layer-bars")], className="row"),
         html.Div(id="job-details"),
+        html.Div(id="job-other-gpus"),
     ])
+
+
+# What set a projection's ratios (CandidateGpu.calibration_source), in words.
+RATIOS_FROM: dict[str | None, str] = {
+    "fingerprint_runs": "this model's runs on both types",
+    "fleet_pairs": "datasheets x other models' runs on both types",
+    None: "datasheets and this run's telemetry",
+}
+
+
+def _ratio(band: Band | None) -> str:
+    return "unknown" if band is None else f"x{band.central:.2f} [{band.low:.2f}-{band.high:.2f}]"
+
+
+def other_gpus_section(candidates: Sequence[CandidateGpu], unavailable: str | None) -> html.Section:
+    """The job on the catalogue's other GPU types (right-sizing's projections): each ratio to what it measured, with
+    its band, and what set the ratios."""
+    rows = [[c.gpu, _ratio(c.step_time_ratio), _ratio(c.cost_per_step_ratio), _ratio(c.energy_per_step_ratio),
+             "unknown" if c.fits is None else ("yes" if c.fits else "no"), RATIOS_FROM[c.calibration_source]]
+            for c in candidates]
+    note = ("Projected from this run (GET /api/v1/jobs/{id}/projection?gpu= has the whole projection); ratios to "
+            "what it measured, x central [band]; cheapest per step first.")
+    return section("On other GPU types (projection)", html.P(note, className="muted"),
+                   table(["GPU type", "step time", "cost per step", "energy per step", "fits in memory",
+                          "ratios from"], rows, id="job-other-gpus-table",
+                         empty=f"no projection: {unavailable}" if unavailable else "no other GPU type"),
+                   id="job-other-gpus-card")
 
 
 def plot_points(width_px: int | None, *, half: bool) -> int:
@@ -584,6 +614,17 @@ def register_callbacks(app: dash.Dash) -> None:
         title = [job_id, html.Span(f" · {job.name}", className="muted")] if job.name else job_id
         layers = figures.layer_time_bars(report.time.layers)
         return summary_section(job, report), [d for d in details if d is not None], title, layers
+
+    @app.callback(Output("job-other-gpus", "children"), Input("job-id", "data"), Input("auth", "data"))
+    def _other_gpus(job_id: str, auth: AuthStore | None):
+        """Right-sizing's projections onto the other GPU types, apart: the page stands without them."""
+        try:
+            with client_for(auth) as c:
+                candidates, unavailable = data.other_gpu_types(c.rightsizing(job_id))
+        except ApiError as exc:
+            return section("On other GPU types (projection)", error_box(exc, id="job-other-gpus-error"),
+                           id="job-other-gpus-card")
+        return other_gpus_section(candidates, unavailable)
 
     @app.callback(Output("job-compare", "children"), Input("job-id", "data"), Input("auth", "data"))
     def _compare_links(job_id: str, auth: AuthStore | None):

@@ -329,6 +329,8 @@ def test_job_page_has_every_part(chrome, dashboard_url, hooks_job, tmp_path) -> 
     bars = _plot(driver, "job-plan-bars", lambda p: bool(p["traces"]))
     assert bars["traces"][0]["type"] == "bar" and bars["title"].startswith("Peak device memory under each plan")
     _wait(driver, "#job-layers", "conv1")
+    # the other GPU types (right-sizing's projections): no other run of the model here, the datasheets' ratios
+    _wait(driver, "#job-other-gpus-table", "datasheets and this run's telemetry")
 
     driver.find_element(By.ID, "job-download-button").click()
     target = tmp_path / "fleetprof-report-hooks-job.html"
