@@ -8,19 +8,9 @@ from typing import Any
 
 from dashboard import data
 from dashboard.pages.job import RATIOS_FROM, other_gpus_section
+from tests.dashboard.test_gpm_pages import _text
 from tests.server.helpers import auth
 from tests.server.test_projection_api import _fingerprinted_run
-
-
-def _text(component: Any) -> str:
-    if component is None:
-        return ""
-    if isinstance(component, str | int | float):
-        return str(component)
-    children = getattr(component, "children", None)
-    if isinstance(children, list | tuple):
-        return " ".join(_text(c) for c in children)
-    return _text(children)
 
 
 def _rows(section: Any) -> list[list[str]]:
