@@ -123,7 +123,8 @@ def test_telemetry_job_split_follows_its_measured_power(api, make_token):
 
 
 FP = "ab12" * 5  # one model's fingerprint (20 hex characters)
-GPU_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
+GPU_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB", "a100-40": "NVIDIA A100-SXM4-40GB",
+             "v100": "Tesla V100-SXM2-16GB"}
 
 
 def _fingerprinted_run(api, op, agent, *, job_id: str, team: str, gpu: str, batch: int, step_s: float,
@@ -255,3 +256,26 @@ def test_a_model_never_run_on_the_target_is_corrected_by_other_models_pairs(api,
     again = api.get("/api/v1/jobs/new-h100/projection", params={"gpu": "A100-80GB"}, headers=auth(nlp)).json()
     assert again["calibration"]["models"] == 3 and "m4-h100" in again["calibration"]["source_job_ids"]
     assert kept["calibration"]["models"] == 2
+
+
+def test_a_trace_projection_is_not_corrected_by_other_models_pairs(api, make_token):
+    """Other models' pairs correct the telemetry roofline they were measured against; a job with a Kineto trace keeps
+    its per-category projection (the better one on measured pairs) even where such pairs exist."""
+    import time as time_mod
+
+    op, agent, team = make_token("operator"), make_token("agent", node="node-a"), make_token("team", team="recsys")
+    t0 = time_mod.time() - 86400
+    for k, (job_id, gpu, fp, step_s) in enumerate((("p1-a100", "a100-40", "d1" * 10, 0.10),
+                                                  ("p1-v100", "v100", "d1" * 10, 0.18),
+                                                  ("p2-a100", "a100-40", "d2" * 10, 0.30),
+                                                  ("p2-v100", "v100", "d2" * 10, 0.50))):
+        _fingerprinted_run(api, op, agent, job_id=job_id, team="recsys", gpu=gpu, batch=32, step_s=step_s,
+                           power_w=250.0, seq=k, t0=t0 + 600 * k, fp=fp)
+    _import(api, team, "dlrm-a100", A100)
+    p = api.get("/api/v1/jobs/dlrm-a100/projection", params={"gpu": "V100-16GB"}, headers=auth(team)).json()
+    assert p["basis"] == "kineto" and p["calibration"] is None and p["band_source"].startswith("structural")
+    # the same pairs do correct a telemetry-only job between those types
+    _fingerprinted_run(api, op, agent, job_id="p3-a100", team="recsys", gpu="a100-40", batch=32, step_s=0.2,
+                       power_w=250.0, seq=9, t0=t0 + 6000, fp="d3" * 10)
+    q = api.get("/api/v1/jobs/p3-a100/projection", params={"gpu": "V100-16GB"}, headers=auth(team)).json()
+    assert q["basis"] == "telemetry" and q["calibration"]["source"] == "fleet_pairs"
