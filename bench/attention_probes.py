@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import write_report  # noqa: E402
-from bench.scratch import scratch_database  # noqa: E402
+from bench.scratch import insert_h100_nodes, scratch_database  # noqa: E402
 from bench.storage_plans import GPUS_PER_NODE, SAMPLE_COLUMNS, SAMPLE_VALUES  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
@@ -48,12 +48,7 @@ def generate(url: str, gpus: int, now: float) -> int:
     engine = create_engine(url)
     start = int(now) - HOUR_S
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO nodes (name, dropped_samples_total, created_at) "
-                          "SELECT format('node-%s', lpad(n::text, 5, '0')), 0, now() "
-                          "FROM generate_series(0, :n - 1) n"), {"n": gpus // GPUS_PER_NODE})
-        conn.execute(text("INSERT INTO gpus (node_id, uuid, index, name, memory_total_bytes, healthy) "
-                          "SELECT n.id, format('GPU-%s-%s', n.id, i), i, 'NVIDIA H100 80GB HBM3', 85520809984, true "
-                          "FROM nodes n, generate_series(0, :per - 1) i ORDER BY n.id, i"), {"per": GPUS_PER_NODE})
+        insert_h100_nodes(conn, gpus // GPUS_PER_NODE, GPUS_PER_NODE)
     with session_scope(make_sessionmaker(engine)) as session:
         PARTITIONS.ensure(session, sorted({day_of(start), day_of(now)}))
     with engine.begin() as conn:

@@ -1,6 +1,6 @@
 """What benchmarks set up and tear down: a throwaway Postgres database (created on the server of
-FLEETPROF_TEST_PG_ADMIN_URL, default the local Postgres with trust auth, dropped at the end whatever happens) and a
-real `fleetprof server` process on it."""
+FLEETPROF_TEST_PG_ADMIN_URL, default the local Postgres with trust auth, dropped at the end whatever happens), a
+fleet of H100 nodes in it, and a real `fleetprof server` process on it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
 ADMIN_URL = os.environ.get("FLEETPROF_TEST_PG_ADMIN_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 
@@ -60,3 +60,13 @@ def fleetprof_server(env: dict[str, str], port: int, cwd: Path) -> Iterator[tupl
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def insert_h100_nodes(conn: Connection, nodes: int, gpus_per_node: int) -> None:
+    """`nodes` nodes named node-00000.. with `gpus_per_node` healthy H100s each (uuid GPU-<node id>-<index>)."""
+    conn.execute(text("INSERT INTO nodes (name, dropped_samples_total, created_at) "
+                      "SELECT format('node-%s', lpad(n::text, 5, '0')), 0, now() "
+                      "FROM generate_series(0, :n - 1) n"), {"n": nodes})
+    conn.execute(text("INSERT INTO gpus (node_id, uuid, index, name, memory_total_bytes, healthy) "
+                      "SELECT n.id, format('GPU-%s-%s', n.id, i), i, 'NVIDIA H100 80GB HBM3', 85520809984, true "
+                      "FROM nodes n, generate_series(0, :per - 1) i ORDER BY n.id, i"), {"per": gpus_per_node})

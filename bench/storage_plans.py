@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import write_report  # noqa: E402
+from bench.scratch import insert_h100_nodes  # noqa: E402
 from server.auth.service import Principal  # noqa: E402
 from server.config import ServerSettings  # noqa: E402
 from server.db import make_engine, make_sessionmaker, session_scope  # noqa: E402
@@ -84,12 +85,7 @@ def generate(engine, factory, args: argparse.Namespace, now: float) -> dict[str,
     today = day_of(now)
     days = list(range(today - args.days + 1, today + 1))
     with engine.begin() as conn:
-        sql(conn, "INSERT INTO nodes (name, dropped_samples_total, created_at) "
-                  "SELECT format('node-%s', lpad(n::text, 5, '0')), 0, now() FROM generate_series(0, :n - 1) n",
-            n=n_nodes)
-        sql(conn, "INSERT INTO gpus (node_id, uuid, index, name, memory_total_bytes, healthy) "
-                  "SELECT n.id, format('GPU-%s-%s', n.id, i), i, 'NVIDIA H100 80GB HBM3', 85520809984, true "
-                  "FROM nodes n, generate_series(0, :per - 1) i ORDER BY n.id, i", per=GPUS_PER_NODE)
+        insert_h100_nodes(conn, n_nodes, GPUS_PER_NODE)
     with session_scope(factory) as session:
         PARTITIONS.ensure(session, days)  # the product's partition creation (ingest / beat)
         precreate(session, now=now)       # and the days ahead the beat task keeps ready

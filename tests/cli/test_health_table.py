@@ -4,18 +4,14 @@ finding, on the faulty GPU only, each with its source labelled as the double's."
 
 from __future__ import annotations
 
-from typing import Any
-
 from fleetprof.commands.report import format_table
+from tests.server.fake_node import poster
 from tests.server.faulty_gpu import COUNTS, FLAGS, SOURCE, ship_faulty_job
 from tests.server.helpers import auth
 
 
 def test_report_table_and_html_list_each_finding_with_its_source(api, make_token) -> None:  # type: ignore[no-untyped-def]
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        r = api.post(path, content=body, headers={**auth(token), "Content-Type": "application/json"}) \
-            if isinstance(body, str) else api.post(path, json=body, headers=auth(token))
-        return r.status_code, r.json()
+    post = poster(api)
 
     op, truth = ship_faulty_job(post, make_token, node="health-cli", job_id="health-cli-job")
     report = api.get("/api/v1/jobs/health-cli-job/report", headers=auth(op)).json()

@@ -16,7 +16,7 @@ from dashboard import format as fmt
 from dashboard.pages.job import gpm_section, kpis
 from dashboard.pages.nodes import gpm_section as node_gpm_section
 from tests.agent.conftest import make_fake
-from tests.server.fake_node import ship_job, sm_ramp
+from tests.server.fake_node import poster, ship_job, sm_ramp
 from tests.server.helpers import auth
 
 NODE = "gpm-node"
@@ -62,10 +62,7 @@ def _seed(post, make_token) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def test_job_and_node_layouts_show_gpm_and_unknown_through_the_real_api(api, make_token) -> None:  # type: ignore[no-untyped-def]
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        r = (api.post(path, content=body, headers={**auth(token), "Content-Type": "application/json"})
-             if isinstance(body, str) else api.post(path, json=body, headers=auth(token)))
-        return r.status_code, r.json()
+    post = poster(api)
 
     op = _seed(post, make_token)["operator"]
     report = data.job_report(api.get("/api/v1/jobs/gpm-job/report", headers=auth(op)).json())
@@ -95,11 +92,7 @@ def test_browser_job_page_gpm_and_unknown(chrome, dashboard_url, live_server, ma
 
     from tests.dashboard.test_browser import _console_errors, _sign_in, _wait
 
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        headers = {**auth(token), "Content-Type": "application/json"}
-        r = httpx.post(f"{live_server}{path}", timeout=60, headers=headers,
-                       **({"content": body} if isinstance(body, str) else {"json": body}))
-        return r.status_code, r.json()
+    post = poster(httpx, live_server)
 
     op = _seed(post, make_token)["operator"]
     driver = chrome

@@ -17,6 +17,7 @@ from dashboard.pages.job import health_section
 from dashboard.pages.nodes import attention_section
 from fleetprof.api_models import FleetSummary
 from tests.dashboard.test_gpm_pages import _find, _text
+from tests.server.fake_node import poster
 from tests.server.faulty_gpu import COUNTS, FAULTY, FLAGS, SOURCE, ship_faulty_job
 from tests.server.helpers import auth
 
@@ -30,10 +31,7 @@ def _rows(table: Any) -> list[list[str]]:
 
 
 def test_job_node_and_fleet_pages_show_the_faulty_gpus_findings(api, make_token) -> None:  # type: ignore[no-untyped-def]
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        r = api.post(path, content=body, headers={**auth(token), "Content-Type": "application/json"}) \
-            if isinstance(body, str) else api.post(path, json=body, headers=auth(token))
-        return r.status_code, r.json()
+    post = poster(api)
 
     op, truth = ship_faulty_job(post, make_token, node=NODE, job_id="health-page-job")
 
@@ -74,11 +72,7 @@ def test_browser_job_and_node_pages_show_the_findings(chrome, dashboard_url, liv
 
     from tests.dashboard.test_browser import _console_errors, _sign_in, _wait
 
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        headers = {**auth(token), "Content-Type": "application/json"}
-        r = httpx.post(f"{live_server}{path}", timeout=60, headers=headers,
-                       **({"content": body} if isinstance(body, str) else {"json": body}))
-        return r.status_code, r.json()
+    post = poster(httpx, live_server)
 
     op, truth = ship_faulty_job(post, make_token, node=NODE, job_id="health-browser-job")
     driver = chrome

@@ -19,6 +19,19 @@ SM, TENSOR = pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_GPM_METRIC_ANY_TENSOR_U
 Post = Callable[[str, Any, str], tuple[int, Any]]
 
 
+def poster(client: Any, prefix: str = "") -> Post:
+    """A `Post` through `client`: the in-process app (`api`, prefix "") or httpx against a live server (`httpx`,
+    prefix its URL; 60 s a request). A str body is sent as it is (the agent's wire JSON), a dict as JSON."""
+    extra: dict[str, Any] = {"timeout": 60} if prefix else {}  # the TestClient takes no timeout
+
+    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        sent = {"content": body} if isinstance(body, str) else {"json": body}
+        r = client.post(f"{prefix}{path}", headers=headers, **sent, **extra)
+        return r.status_code, r.json()
+    return post
+
+
 class _NoAttribution:
     def attribute(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
         return Attribution(None, None)

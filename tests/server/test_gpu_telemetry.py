@@ -4,7 +4,6 @@ fast path) -> Postgres -> the loader's JobData -> the report's utilization.gpm, 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import pynvml
@@ -12,18 +11,14 @@ import pytest
 from sqlalchemy import select
 
 from tests.agent.conftest import make_fake
-from tests.server.fake_node import ship_job
+from tests.server.fake_node import poster, ship_job
 from tests.server.helpers import auth
 
 NODE = "node-t"
 
 
 def _ship(api, agent: str, fake, *, t0: float, readings: int, job_id: str, op: str) -> None:  # type: ignore[no-untyped-def]
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        headers = {**auth(token), "Content-Type": "application/json"}
-        r = api.post(path, content=body, headers=headers) if isinstance(body, str) else \
-            api.post(path, json=body, headers=auth(token))
-        return r.status_code, r.json()
+    post = poster(api)
 
     ship_job(post, fake=fake, node=NODE, agent=agent, op=op, job_id=job_id, t0=t0, readings=readings)
 

@@ -5,8 +5,6 @@ loader -> characterize -> the report's `health.findings`, `GET /api/v1/gpus?node
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -16,6 +14,7 @@ from server.config import ServerSettings
 from server.db import make_engine, make_sessionmaker, session_scope
 from server.migrate import upgrade
 from tests.server import faulty_gpu as S  # the scenario's numbers
+from tests.server.fake_node import poster
 from tests.server.faulty_gpu import COUNTS, FLAGS, SOURCE, Shipped, ship_faulty_job
 from tests.server.helpers import auth
 
@@ -24,10 +23,7 @@ NODE = "node-health"
 
 @pytest.fixture
 def shipped(api, make_token) -> tuple[str, Shipped]:  # type: ignore[no-untyped-def]
-    def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-        r = api.post(path, content=body, headers={**auth(token), "Content-Type": "application/json"}) \
-            if isinstance(body, str) else api.post(path, json=body, headers=auth(token))
-        return r.status_code, r.json()
+    post = poster(api)
 
     return ship_faulty_job(post, make_token, node=NODE, job_id="health-e2e")
 
@@ -91,10 +87,7 @@ def test_embedded_store_lists_the_faulty_gpu_too(tmp_path) -> None:  # type: ign
 
     try:
         with TestClient(create_app(settings)) as api:
-            def post(path: str, body: Any, token: str) -> tuple[int, Any]:
-                r = api.post(path, content=body, headers={**auth(token), "Content-Type": "application/json"}) \
-                    if isinstance(body, str) else api.post(path, json=body, headers=auth(token))
-                return r.status_code, r.json()
+            post = poster(api)
 
             op, truth = ship_faulty_job(post, make_token, node=NODE, job_id="health-embedded")
             gpus = {g["uuid"]: g for g in api.get("/api/v1/gpus", params={"node": NODE}, headers=auth(op)).json()}
