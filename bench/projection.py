@@ -440,7 +440,7 @@ def fleet_pairs(runs: Sequence[Measured]) -> dict[str, Any]:
         group = fleet_pair_results(runs, [held], band_log_halfwidth=half)
         pooled += group
         per_model[held] = {**summarize(group), "band_log_halfwidth_ratio": half}
-    return {"all_pairs_band_fitted_on_all": summarize(fleet_pair_results(runs, models, band_log_halfwidth=fitted)),
+    return {"all_pairs": summarize(fleet_pair_results(runs, models, band_log_halfwidth=fitted)),
             "per_model_held_out_band": per_model, "pooled_held_out_band": summarize(pooled),
             "fitted_band_log_halfwidth_ratio": fitted,
             "frozen_band_log_halfwidth_ratio": calibrate_mod.FLEET_BAND_LOG_HALFWIDTH,
@@ -459,6 +459,14 @@ def _print_table(title: str, rows: dict[str, dict[str, Any]]) -> None:
         print(f"{name:44} {s['pairs_count']:>5} {_fmt(s['median_time_error_pct']):>14} "
               f"{_fmt(s['time_band_coverage_pct']):>13} {_fmt(s['median_energy_error_pct']):>14} "
               f"{_fmt(s['energy_band_coverage_pct']):>13}")
+
+
+def _print_calibrated(title: str, figures: dict[str, Any]) -> None:
+    """A calibration's table: all pairs with the bands fitted on all five models, each model with bands fitted
+    without it, and those pooled."""
+    _print_table(title, {"all pairs, bands fitted on all five models": figures["all_pairs"],
+                         **{f"{k}, band fitted without it": v for k, v in figures["per_model_held_out_band"].items()},
+                         "pooled, each band fitted without its model": figures["pooled_held_out_band"]})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -500,21 +508,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nA per-GPU-pair correction fitted on the calibration models, on the held-out ones: median |t err| "
           f"{_fmt(oracle['median_time_error_pct'])} % over {oracle['pairs_count']} pairs (not in the product)")
     fp = fingerprint_calibrated(runs)
-    _print_table("Calibrated by the same model's runs at other batch sizes on both GPUs (the product's "
-                 "fingerprint calibration)", {
-                     "all pairs, bands fitted on all five models": fp["all_pairs"],
-                     **{f"{k}, band fitted without it": v for k, v in fp["per_model_held_out_band"].items()},
-                     "pooled, each band fitted without its model": fp["pooled_held_out_band"]})
+    _print_calibrated("Calibrated by the same model's runs at other batch sizes on both GPUs (the product's "
+                      "fingerprint calibration)", fp)
     print(f"bands x/÷ exp(h), h = the {fp['band_quantile_ratio']:.0%} quantile of |log error|: fitted "
           f"{fp['fitted_band_log_halfwidth_ratio']:.4f} (time), {fp['fitted_energy_band_log_halfwidth_ratio']:.4f} "
           f"(energy); frozen {fp['frozen_band_log_halfwidth_ratio']}, {fp['frozen_energy_band_log_halfwidth_ratio']} "
           f"(match: {fp['frozen_matches_fit_ok']})")
     fleet = fleet_pairs(runs)
-    _print_table("A model the fleet never ran on the target: the roofline corrected by the other models' pairs "
-                 "(the product's fleet-pair calibration)", {
-                     "all pairs, band fitted on all five": fleet["all_pairs_band_fitted_on_all"],
-                     **{f"{k}, band fitted without it": v for k, v in fleet["per_model_held_out_band"].items()},
-                     "pooled, each band fitted without its model": fleet["pooled_held_out_band"]})
+    _print_calibrated("A model the fleet never ran on the target: the roofline corrected by the other models' "
+                      "pairs (the product's fleet-pair calibration)", fleet)
     print(f"band h fitted {fleet['fitted_band_log_halfwidth_ratio']:.4f}; frozen "
           f"{fleet['frozen_band_log_halfwidth_ratio']} (match: {fleet['frozen_matches_fit_ok']})")
     print("\nHTA A100-vs-V100 Kineto pair (per-category basis)")

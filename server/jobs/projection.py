@@ -40,12 +40,19 @@ def catalogue_names() -> list[str]:
     return [m.name for m in load_catalog()]
 
 
+def _runs_scope(principal: Principal) -> tuple[bool, str | None]:
+    """(whether `principal` may see any run, the one team it is limited to: None for every team)."""
+    if principal.reads_all_jobs:
+        return True, None
+    return principal.team is not None, principal.team
+
+
 def visible_fingerprint_runs(session: Session, job: Job, principal: Principal) -> list[Mapping[str, Any]]:
     """The stored `rightsizing_inputs` of the runs of `job`'s model that `principal` may see (a team token: its
     team's; a scheduler or operator: every team's), newest CALIBRATION_RUNS; [] without a fingerprint."""
-    if not job.fingerprint or not (principal.reads_all_jobs or principal.team is not None):
+    visible, team = _runs_scope(principal)
+    if not job.fingerprint or not visible:
         return []
-    team = None if principal.reads_all_jobs else principal.team
     return [inputs for _, inputs in fingerprint_inputs(session, job.fingerprint, team=team, limit=CALIBRATION_RUNS)]
 
 
@@ -57,9 +64,9 @@ def visible_fleet_pairs(session: Session, principal: Principal,
     probe) and the kept one is over FLEET_PAIRS_REUSE_S old, or when it is over FLEET_PAIRS_MAX_AGE_S old (a
     removed run leaves no other trace). A rebuild reads and groups up to 5000 runs (~50 ms): a busy fleet, storing
     reports every few seconds, pays it at most once per FLEET_PAIRS_REUSE_S per scope."""
-    if not (principal.reads_all_jobs or principal.team is not None):
+    visible, team = _runs_scope(principal)
+    if not visible:
         return None
-    team = None if principal.reads_all_jobs else principal.team
     database, analyzer, oldest, newest = reports_version(session)
     key = (database, analyzer, oldest, team)  # a new oldest report: another set of runs, never reused
     now = time.monotonic()
