@@ -70,10 +70,12 @@ test-gpu: install
 # entries in server/estimate/calibration.json): commit both whenever a GPU is at hand. Exits 2 without one.
 validate-gpu: install
 	$(BIN)/python bench/validate_gpu.py
+	# NVML call latencies, GPM, and the power readings against the energy counter (bench/results/nvml_probe_*.json)
+	$(BIN)/python bench/nvml_probe.py
 
-# every benchmark but the GPU validation (its own target above: it needs a GPU)
+# every benchmark but the GPU ones (validate_gpu, nvml_probe, dispatch_probe: they need a GPU)
 bench: install services
-	for b in $(filter-out bench/validate_gpu.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in $(filter-out bench/validate_gpu.py bench/nvml_probe.py bench/dispatch_probe.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .fleetprof .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -50,7 +50,7 @@ class SourceError(ValueError):
     """`--source` names something the agent cannot open."""
 
 
-def open_devices(source: str, *, replay_job_id: str | None = None) -> Devices:
+def open_devices(source: str, *, replay_job_id: str | None = None, power_instant_10hz: bool = False) -> Devices:
     """`nvml`, `replay:FILE` (a recording played as if live: our clock, looping; its unattributed processes
     attributed to `replay_job_id`), `replay-original:FILE` (the recording's own timestamps and values, one sample
     per recorded row, once) or `fake:N` (N simulated H100s, GPM included, with realistic NVML latencies, for the
@@ -59,7 +59,7 @@ def open_devices(source: str, *, replay_job_id: str | None = None) -> Devices:
     if kind == "nvml":
         from agent.devices.nvml import NvmlDevices
 
-        return NvmlDevices()
+        return NvmlDevices(power_instant_10hz=power_instant_10hz)
     if kind in ("replay", "replay-original"):
         if not arg:
             raise SourceError(f"--source {kind}:FILE needs a file")
@@ -78,7 +78,7 @@ def open_devices(source: str, *, replay_job_id: str | None = None) -> Devices:
             n = int(arg or 8)
         except ValueError:
             raise SourceError(f"--source fake:N needs a GPU count, not {arg!r}") from None
-        devices = NvmlDevices(FakeNvml.with_gpus(n, realistic=True))
+        devices = NvmlDevices(FakeNvml.with_gpus(n, realistic=True), power_instant_10hz=power_instant_10hz)
         devices.source = "test"
         return devices
     raise SourceError(f"unknown source {source!r} (expected nvml, replay:FILE, replay-original:FILE or fake:N)")
@@ -219,7 +219,8 @@ def run_agent(settings: AgentSettings, *, source: str, stop: threading.Event) ->
     """Run the node agent until `stop` is set (usable in a thread). Raises SourceError or
     DeviceUnavailableError when the devices cannot be opened, SpoolError when the spool is unusable,
     MetricsPortError when the metrics port cannot be listened on."""
-    devices = open_devices(source, replay_job_id=settings.replay_job_id)
+    devices = open_devices(source, replay_job_id=settings.replay_job_id,
+                           power_instant_10hz=settings.power_instant_10hz)
     try:
         agent = Agent(settings, devices)
     except BaseException:

@@ -1,16 +1,18 @@
 """Turns device readings into protocol rows and batches: the one place where device units become wire units.
 
 Two cadences:
-- `tick_fast()` (every `fast_interval_s`, 10 Hz by default) reads only memory used and power, the cheap pair,
-  and keeps a running mean and max per GPU, so that a memory peak shorter than the shipping interval is not
-  missed (`memory_used_max_bytes`, `power_max_w`). A GPU idle at the last full reading (no process listed and
+- `tick_fast()` (every `fast_interval_s`, 10 Hz by default) reads only memory used and power where due (every
+  tick for an instantaneous reading, once a second for the driver's 1-s mean: agent/devices/nvml.py), and keeps
+  a running mean and max per GPU, so that a memory peak shorter than the shipping interval is not missed
+  (`memory_used_max_bytes`, `power_max_w`). A GPU idle at the last full reading (no process listed and
   memory used unchanged since the reading before) is skipped until the next full reading: its row's mean and max
   are the full reading's;
 - `sample()` (every `interval_s`) takes a full reading of every GPU, closes the interval's mean/max, lists the
   GPU processes and attributes them to jobs.
 Cadence of each shipped field (the device layer decides what it reads when: agent/devices/nvml.py):
-- 10 Hz (`read_fast`), aggregated over the interval: memory_used_bytes (mean), memory_used_max_bytes,
-  power_w (mean), power_max_w;
+- 10 Hz (`read_fast`), aggregated over the interval: memory_used_bytes (mean), memory_used_max_bytes, and
+  power_w (mean), power_max_w from the power readings of the interval (10 Hz instantaneous, or the driver's 1-s
+  means read once a second);
 - every interval (`read`): memory_total_bytes, memory_reserved_bytes, gpu_util_pct, mem_util_pct,
   temperature_c, sm_clock_mhz, mem_clock_mhz, throttle_reasons, nvlink_tx/rx_bytes_per_s (counter deltas
   between readings), ecc_corrected/uncorrected_total, power_limit_w, xid_last, and the processes;

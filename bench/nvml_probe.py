@@ -70,6 +70,10 @@ def call_latencies(pynvml: Any, h: Any) -> dict[str, dict[str, float | str | Non
         "nvmlDeviceGetRetiredPages": lambda: p.nvmlDeviceGetRetiredPages(
             h, p.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
         "nvmlDeviceGetRemappedRows": lambda: p.nvmlDeviceGetRemappedRows(h),
+        # the agent's power readings: the driver's 1-s mean (read once a second where the GPU has it) and the
+        # instantaneous field (read at 10 Hz otherwise)
+        "nvmlDeviceGetFieldValues(POWER_AVERAGE)": lambda: p.nvmlDeviceGetFieldValues(h, [p.NVML_FI_DEV_POWER_AVERAGE]),
+        "nvmlDeviceGetFieldValues(POWER_INSTANT)": lambda: p.nvmlDeviceGetFieldValues(h, [p.NVML_FI_DEV_POWER_INSTANT]),
     }
     return {name: latency_us(fn, n=50 if "Process" in name else 200) for name, fn in calls.items()}
 
@@ -111,6 +115,52 @@ class Gpm:
             return latency_us(lambda: self.p.nvmlGpmSampleGet(self.h, s), n=100)
         finally:
             self.p.nvmlGpmSampleFree(s)
+
+
+def _field_w(p: Any, h: Any, field: int) -> float | None:
+    from agent.devices.nvml import value_reader  # the agent's own reading of a field's value union
+
+    (fv,) = p.nvmlDeviceGetFieldValues(h, [field])
+    v = value_reader(p)(fv) if fv.nvmlReturn == p.NVML_SUCCESS else None
+    return None if v is None else float(v) / 1e3
+
+
+def power_agreement(p: Any, h: Any, seconds: float = 10.0) -> dict[str, Any]:
+    """Mean power over `seconds` three ways, as the agent can read it: the energy counter's delta (the reference),
+    the 10 Hz mean of the instantaneous field, and the mean of the driver's 1-s mean read once a second; and how
+    often each reading changes (its update period)."""
+    instant_f, average_f = p.NVML_FI_DEV_POWER_INSTANT, p.NVML_FI_DEV_POWER_AVERAGE
+    instant: list[float] = []
+    average: list[float] = []
+    e0, t0 = p.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
+    tick = 0
+    while time.monotonic() - t0 < seconds:
+        tick += 1
+        v = _field_w(p, h, instant_f)
+        if v is not None:
+            instant.append(v)
+        if tick % 10 == 0:
+            a = _field_w(p, h, average_f)
+            if a is not None:
+                average.append(a)
+        time.sleep(max(0.0, t0 + tick * 0.1 - time.monotonic()))
+    e1, t1 = p.nvmlDeviceGetTotalEnergyConsumption(h), time.monotonic()
+    updates: dict[str, float | None] = {}
+    for name, read in (("instant", lambda: _field_w(p, h, instant_f)), ("average", lambda: _field_w(p, h, average_f)),
+                       ("get_power_usage", lambda: p.nvmlDeviceGetPowerUsage(h) / 1e3)):
+        changes, last, start = [], read(), time.monotonic()
+        while time.monotonic() - start < 3.0:
+            v = read()
+            if v != last:
+                changes.append(time.monotonic())
+                last = v
+            time.sleep(0.001)
+        gaps = [b - a for a, b in zip(changes, changes[1:], strict=False)]
+        updates[f"{name}_update_period_ms"] = round(1e3 * statistics.median(gaps), 1) if gaps else None
+    return {"energy_counter_mean_w": round((e1 - e0) / 1e3 / (t1 - t0), 2),
+            "instant_10hz_mean_w": round(statistics.fmean(instant), 2) if instant else None,
+            "average_1hz_mean_w": round(statistics.fmean(average), 2) if average else None,
+            "instant_reads_count": len(instant), "average_reads_count": len(average), **updates}
 
 
 def under_load(load: Callable[[threading.Event], None], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -178,13 +228,17 @@ def main() -> int:
     result["device_copy_1GiB"] = under_load(copy, measure)
     if result["gpm_supported"]:
         result["latency"]["nvmlGpmSampleGet"] = gpm.sample_get_latency()
+    try:  # where the driver's 1-s mean and the instantaneous field agree with the energy counter, under load
+        result["power_agreement_bf16_matmul"] = under_load(matmul, lambda: power_agreement(pynvml, h))
+    except pynvml.NVMLError as exc:
+        result["power_agreement_bf16_matmul"] = {"error": str(exc)}
     pynvml.nvmlShutdown()
 
     print(f"{name}, driver {driver}, GPM supported: {result['gpm_supported']}")
     print(f"{'call':45s} {'median us':>10s} {'p95 us':>10s}")
     for call, lat in result["latency"].items():
         print(f"{call:45s} {lat['median_us']!s:>10s} {lat['p95_us']!s:>10s} {lat.get('error', '')}")
-    for load in ("idle", "bf16_matmul_8192", "device_copy_1GiB"):
+    for load in ("idle", "bf16_matmul_8192", "device_copy_1GiB", "power_agreement_bf16_matmul"):
         print(load, json.dumps(result[load]))
     write_report(__file__, result)
     return 0

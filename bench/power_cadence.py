@@ -17,6 +17,13 @@ plots, the Prometheus export. This bench measures, per iteration period, over `-
 The job: each iteration busy for 70 % of it at 650 W, then 250 W (communication, input); iteration lengths
 jitter by 3 % (sd), the sensor by 10 W (sd). Readings at 10 Hz, the 10th at the row's timestamp (the full
 reading stands in for the tick due with it, as in agent/daemon.py).
+
+Second table: the sensor A100s and H100s have (Yang et al., "Accurate and Convenient Energy Measurements for
+GPUs", SC'24: "only 25 % of the runtime is sampled"): each 100 ms the sensor averages 25 ms of power (a random
+phase per job); the instantaneous field answers the latest such window, and the driver's 1-s mean
+(NVML_FI_DEV_POWER_AVERAGE, what the agent reads once a second where the GPU has it) the mean of the last ten.
+Columns: the agent's 10 Hz mean of instantaneous reads (with FLEETPROF_POWER_INSTANT_10HZ), one instantaneous
+read per interval, and the driver's 1-s mean read once per interval (the default where available).
 """
 
 from __future__ import annotations
@@ -58,6 +65,29 @@ def rows(power: np.ndarray, seconds: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return ts, readings.mean(axis=1), readings[:, -1], true
 
 
+WINDOW_S, EVERY_S = 0.025, 0.1  # the part-time sensor: 25 ms averaged in every 100 ms
+
+
+def part_time_rows(power: np.ndarray, seconds: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """With the part-time sensor: the 10 Hz mean of instantaneous reads, one instantaneous read, the driver's
+    1-s mean read once (each at the row's timestamp), per row."""
+    win, every = int(WINDOW_S * FS), int(EVERY_S * FS)
+    phase = int(rng.integers(0, every))
+    n = (power.size - phase - win) // every
+    starts = phase + every * np.arange(n)
+    window_mean = power[starts[:, None] + np.arange(win)[None, :]].mean(axis=1)
+
+    def latest(t_s: np.ndarray) -> np.ndarray:  # index of the latest window completed at each time
+        return np.clip(((t_s * FS).astype(int) - phase - win) // every, 0, n - 1)
+
+    ts = np.arange(1, seconds, dtype=np.float64)
+    reads = ts[:, None] - 1 + (np.arange(10)[None, :] + 1) / 10
+    last = latest(ts)
+    ten = np.clip(last[:, None] - np.arange(10)[None, :], 0, n - 1)
+    return window_mean[latest(reads)].mean(axis=1), window_mean[last], window_mean[ten].mean(axis=1), ts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10, help="simulated jobs per iteration period")
@@ -87,7 +117,32 @@ def main() -> int:
             "period_s": period, "rms_error_10hz_mean_w": float(np.median(err_mean)),
             "rms_error_one_reading_w": float(np.median(err_one)),
             f"{kind}_periods_10hz_mean_count": found_mean, f"{kind}_periods_one_reading_count": found_one}
-    write_report(__file__, {"seeds_count": args.seeds, "job_s": args.seconds, **figures})
+    print("\nthe A100/H100 part-time sensor (25 ms of every 100 ms): RMS error of the 1-s value, W / periods detected")
+    print(f"{'iteration':>9}  {'10 Hz mean':>12} {'one instant':>12} {'1-s mean once':>14}  "
+          f"{'10 Hz mean':>10} {'one instant':>12} {'1-s mean once':>14}")
+    part_time: dict[str, dict[str, float]] = {}
+    for period in PERIODS_S:
+        rng = np.random.default_rng(int(period * 1000) + 1)
+        errs: dict[str, list[float]] = {"10hz_mean": [], "one_instant": [], "driver_mean_once": []}
+        found = dict.fromkeys(errs, 0)
+        for _ in range(args.seeds):
+            power = job_power(period, args.seconds, rng)
+            true = power[: (args.seconds - 1) * FS].reshape(args.seconds - 1, FS).mean(axis=1)
+            mean10, one, driver, ts = part_time_rows(power, args.seconds, rng)
+            for name, series in (("10hz_mean", mean10), ("one_instant", one), ("driver_mean_once", driver)):
+                errs[name].append(float(np.sqrt(np.mean((series - true) ** 2))))
+                res = detect_period(ts, series)
+                found[name] += int(res is not None and (period < 2.0 or abs(res.period_s / period - 1) <= 0.05))
+        kind = "false" if period < 2.0 else "correct"
+        med = {k: float(np.median(v)) for k, v in errs.items()}
+        print(f"{period:>7.2f} s  {med['10hz_mean']:>10.1f} W {med['one_instant']:>10.1f} W "
+              f"{med['driver_mean_once']:>12.1f} W  {found['10hz_mean']:>4} {kind:<5} {found['one_instant']:>6} "
+              f"{kind:<5} {found['driver_mean_once']:>8} {kind:<5}")
+        part_time[f"iteration_{period:g}_s".replace(".", "_")] = {
+            "period_s": period, **{f"rms_error_{k}_w": v for k, v in med.items()},
+            **{f"{kind}_periods_{k}_count": v for k, v in found.items()}}
+    write_report(__file__, {"seeds_count": args.seeds, "job_s": args.seconds, **figures,
+                            "part_time_sensor": part_time})
     return 0
 
 

@@ -52,8 +52,9 @@ class GpuInfo(_Strict):
     memory_total_bytes: NonNegInt | None = None
     pci_bus_id: str | None = None
     mig_parent_uuid: str | None = None
-    # Which NVML call fed power_w, e.g. "nvmlDeviceGetPowerUsage" (1-s average on A100/H100)
-    # or "field:NVML_FI_DEV_POWER_INSTANT", or "nvidia-smi:power.draw" for a replayed log.
+    # Which NVML call fed power_w: "field:NVML_FI_DEV_POWER_AVERAGE" (the driver's 1-s mean, read once a second),
+    # "field:NVML_FI_DEV_POWER_INSTANT" (read at 10 Hz), "nvmlDeviceGetPowerUsage" (1-s mean on Ampere+ but GA100,
+    # instantaneous before; 10 Hz), or "nvidia-smi:power.draw" for a replayed log.
     power_source: str | None = None
     power_limit_w: NonNegFloat | None = None
     tdp_w: NonNegFloat | None = None

@@ -52,8 +52,9 @@ class GpuIdentity:
     memory_total_bytes: int | None = None
     pci_bus_id: str | None = None
     mig_parent_uuid: str | None = None
-    # Which call feeds power_mw: "nvmlDeviceGetPowerUsage" (a 1-s average on A100/H100, instantaneous on
-    # older parts), "field:NVML_FI_DEV_POWER_INSTANT", "nvidia-smi:power.draw" (replay); None = no power.
+    # Which call feeds power_mw: "field:NVML_FI_DEV_POWER_AVERAGE" (the driver's 1-s mean),
+    # "field:NVML_FI_DEV_POWER_INSTANT", "nvmlDeviceGetPowerUsage" (a 1-s mean on Ampere+ but GA100,
+    # instantaneous on older parts), "nvidia-smi:power.draw" (replay); None = no power.
     power_source: str | None = None
     power_limit_mw: int | None = None
     default_power_limit_mw: int | None = None

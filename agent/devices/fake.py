@@ -72,6 +72,9 @@ FIELD_LATENCIES_S: dict[int, float] = {
     # unmeasured, assumed to cost what the volatile ECC counts do: the aggregate ECC counts and the NVLink error
     # totals (that H100 had no NVLink)
     _real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: 1.5e-6,
+    # unmeasured (the H100 probe predates its use), assumed to cost what an ECC count does on top of the call's
+    # own latency (nvmlDeviceGetPowerUsage, the same 1-s mean on an H100, measured 1.8 us in all)
+    _real.NVML_FI_DEV_POWER_AVERAGE: 1.5e-6,
     _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: 1.5e-6,
@@ -122,6 +125,8 @@ class FakeGpu:
     memory_reserved_bytes: int = 502_267_904
     gpu_util: int = 50
     mem_util: int = 20
+    # what nvmlDeviceGetPowerUsage and the NVML_FI_DEV_POWER_AVERAGE field answer (on an H100 both are the driver's
+    # 1-s mean)
     power_mw: int = 300_000
     power_instant_mw: int | None = None  # None: same as power_mw
     energy_mj: int = 1_000_000
@@ -167,7 +172,7 @@ class FakeGpu:
     compute_processes: list[tuple[int, int | None]] = field(default_factory=list)
     graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
     mig_devices: list[FakeGpu] = field(default_factory=list)
-    # NVML function names that answer NVML_ERROR_NOT_SUPPORTED on this GPU; "power_instant", "energy"
+    # NVML function names that answer NVML_ERROR_NOT_SUPPORTED on this GPU; "power_instant", "power_average", "energy"
     # and "ecc" name field values, "nvlink_errors:<counter>" one NVLink error counter
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
@@ -413,6 +418,9 @@ class FakeNvml:
                 bad = "power_instant" in g.unsupported or g.is_mig
                 out.append(_fv(fid, scope, unsupported if bad else ok,
                                g.power_mw if g.power_instant_mw is None else g.power_instant_mw))
+            elif fid == _real.NVML_FI_DEV_POWER_AVERAGE:
+                bad = "power_average" in g.unsupported or g.is_mig
+                out.append(_fv(fid, scope, unsupported if bad else ok, g.power_mw))
             elif fid == _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
                 bad = "energy" in g.unsupported or g.is_mig
                 out.append(_fv(fid, scope, unsupported if bad else ok, g.energy_mj))

@@ -10,7 +10,13 @@ The `nvml` constructor argument takes the whole module, so tests and the benchma
 
 Cadences (what each call costs on an H100, driver 580.159.04: bench/results/nvml_probe_h100.json and
 agent/devices/fake.py; nearly all of it is CPU time of the driver, not waiting):
-- `read_fast` (10 Hz, the peak loop): memory used (8 us) and power (2-5 us), nothing else;
+- `read_fast` (10 Hz, the peak loop): memory used (8 us), nothing else, and power where it is an instantaneous
+  reading. Where the GPU answers NVML_FI_DEV_POWER_AVERAGE (the driver's own 1-s mean, preferred), power is read
+  with the interval's reading and, for intervals over a second, by the first fast reading a second or more after
+  the last read: ten instantaneous reads a second would only re-sample the windows that mean is made of (on
+  A100/H100 the sensor measures 25 ms of every 100 ms: Yang et al., "Accurate and Convenient Energy Measurements
+  for GPUs", SC'24), at ~0.1 % of a core on an 8-GPU node. `power_instant_10hz` keeps the 10 Hz instantaneous
+  reads (power_max_w then holds 10 Hz peaks instead of the highest 1-s mean);
 - `read` (every shipping interval): utilization, temperature, SM/memory clocks, clock event reasons, the
   enforced power limit (2 us), ECC totals, NVLink counters and processes: each a few microseconds;
 - every `slow_every` readings of a GPU (default 60: at 30 the energy reads alone cost an 8-GPU node 0.08 % of a
@@ -65,7 +71,11 @@ _UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATC
                 "INVALID_ARGUMENT", "NOT_FOUND")
 _UNAVAILABLE = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "NO_PERMISSION", "LIB_RM_VERSION_MISMATCH")
 _POWER_INSTANT = "field:NVML_FI_DEV_POWER_INSTANT"
-_POWER_AVERAGE = "nvmlDeviceGetPowerUsage"  # a 1-s average on A100/H100, instantaneous on older GPUs
+_POWER_FIELD_AVERAGE = "field:NVML_FI_DEV_POWER_AVERAGE"  # the driver's 1-s mean, read once a second
+_POWER_AVERAGE = "nvmlDeviceGetPowerUsage"  # a 1-s average on Ampere+ (not GA100), instantaneous on older GPUs
+POWER_AVERAGE_WINDOW_S = 1.0  # NVML_FI_DEV_POWER_AVERAGE's window: read it no more often than this
+# power_source -> the name its reading is logged, and remembered as unsupported, under
+_POWER_FIELDS = {_POWER_INSTANT: "power_instant", _POWER_FIELD_AVERAGE: "power_average", _POWER_AVERAGE: "power"}
 SLOW_EVERY = 60  # energy counter, PCIe throughput (GPUs without GPM): readings of a GPU between two reads
 STATIC_EVERY = 300  # application clocks
 HEALTH_EVERY = 30  # health counters (ECC volatile, retired pages, remapped rows, PCIe replay, NVLink errors)
@@ -82,6 +92,7 @@ _SCALAR_FIELDS = (
     ("ecc_corrected_volatile", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_corrected_volatile"),
     ("ecc_uncorrected_volatile", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_uncorrected_volatile"),
     ("power_instant", "NVML_FI_DEV_POWER_INSTANT", "power_mw"),
+    ("power_average", "NVML_FI_DEV_POWER_AVERAGE", "power_mw"),
     # NVLink data-link errors, each summed over the links by the driver (what nvmlDeviceGetNvLinkErrorCounter
     # counts per link: 4 fields in this one call instead of 4 calls per link, 72 on an 18-link H100); added up
     # into nvlink_errors_total with the health counters
@@ -181,8 +192,11 @@ class NvmlDevices(Devices):
 
     def __init__(self, nvml: Any = None, *, xid_events: bool = True,
                  clock: Callable[[], float] = time.monotonic, slow_every: int = SLOW_EVERY,
-                 static_every: int = STATIC_EVERY, health_every: int = HEALTH_EVERY, gpm: bool = True):
-        # `nvml`: the pynvml module or a test double of it (untyped: pynvml ships no type hints)
+                 static_every: int = STATIC_EVERY, health_every: int = HEALTH_EVERY, gpm: bool = True,
+                 power_instant_10hz: bool = False):
+        # `nvml`: the pynvml module or a test double of it (untyped: pynvml ships no type hints).
+        # `power_instant_10hz`: read instantaneous power at every fast reading even where the driver's 1-s mean is
+        # available (AgentSettings.power_instant_10hz)
         if nvml is None:
             try:
                 import pynvml  # lazy: nodes without the agent extra can still import agent/
@@ -195,6 +209,7 @@ class NvmlDevices(Devices):
         self._static_every = max(1, static_every)
         self._health_every = max(1, health_every)
         self._gpm_wanted = gpm
+        self._power_average_wanted = not power_instant_10hz
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
         self._lost_codes = _codes(nvml, _LOST)
         self._field_value = value_reader(nvml)
@@ -217,6 +232,9 @@ class NvmlDevices(Devices):
             self._reads: list[int] = []  # full readings since start (or since the GPU came back)
             self._app_clocks: list[tuple[float | None, float | None]] = []  # last read (SM, memory) MHz
             self._power_instant_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)]
+            self._power_average_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_AVERAGE", None)]
+            # per slot, the clock when the driver's 1-s power mean was last read (power_source _POWER_FIELD_AVERAGE)
+            self._power_read_at: list[float] = []
             # per slot, the 10 Hz reading as one closure over its handle and calls (see read_fast)
             self._fast_plan: list[Callable[[], tuple[int | None, int | None]] | None] = []
             self._gpm: list[_Gpm | None] = []  # None: no GPM on this GPU (or MIG device)
@@ -282,6 +300,7 @@ class NvmlDevices(Devices):
         self._reads.append(0)
         self._app_clocks.append((None, None))
         self._fast_plan.append(None)
+        self._power_read_at.append(float("-inf"))
         self._v2_memory.append(hasattr(nvml, "nvmlMemory_v2"))
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         # provisional identity so that log lines of the probes below can name the GPU
@@ -352,14 +371,21 @@ class NvmlDevices(Devices):
         return _Gpm(prev, cur, request, [(attr, factor) for _, attr, factor in metrics])
 
     def _probe_power(self, slot: int) -> str | None:
-        """Prefer the instantaneous power field (H100/A100 GetPowerUsage is a 1-s average)."""
+        """Which power reading feeds power_w: the driver's 1-s mean (read once a second) where the GPU has it,
+        else the instantaneous field (read at 10 Hz; also with `power_instant_10hz`), else GetPowerUsage (a 1-s
+        mean on Ampere+ but GA100, instantaneous before; read at 10 Hz as it cannot say which it is)."""
         nvml = self._nvml
-        field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
-        if field is not None:
+        fields = [(_POWER_INSTANT, "NVML_FI_DEV_POWER_INSTANT")]
+        if self._power_average_wanted:
+            fields.insert(0, (_POWER_FIELD_AVERAGE, "NVML_FI_DEV_POWER_AVERAGE"))
+        for source, name in fields:
+            field = getattr(nvml, name, None)
+            if field is None:
+                continue
             try:
                 (fv,) = nvml.nvmlDeviceGetFieldValues(self._handles[slot], [field])
                 if fv.nvmlReturn == nvml.NVML_SUCCESS:
-                    return _POWER_INSTANT
+                    return source
             except nvml.NVMLError:
                 pass
         if self._get(slot, "power", nvml.nvmlDeviceGetPowerUsage, self._handles[slot]) is not None:
@@ -443,6 +469,7 @@ class NvmlDevices(Devices):
         self._lost[slot] = False
         self._reads[slot] = 0  # read every field at the next reading, as at start-up
         self._fast_plan[slot] = None  # built on the old handle
+        self._power_read_at[slot] = float("-inf")
         gpm = self._gpm[slot]
         if gpm is not None:
             gpm.have_prev = False  # the GPU was reset: its counters restarted
@@ -456,16 +483,35 @@ class NvmlDevices(Devices):
     def gpus(self) -> list[GpuIdentity]:
         return list(self._ids)
 
+    def _power_readable(self, slot: int) -> bool:
+        """Whether this GPU has a power reading that is not known to be unsupported."""
+        name = _POWER_FIELDS.get(self._ids[slot].power_source or "")
+        return name is not None and (slot, name) not in self._skip
+
+    def _power_due(self, slot: int) -> bool:
+        """Whether a fast reading reads power: every one does, but the driver's 1-s mean is read a second or more
+        after its last read (by the interval's reading, or by a fast one)."""
+        return (self._ids[slot].power_source != _POWER_FIELD_AVERAGE
+                or self._clock() - self._power_read_at[slot] >= POWER_AVERAGE_WINDOW_S)
+
     def _power_mw(self, slot: int) -> int | None:
         nvml = self._nvml
         handle = self._handles[slot]
         source = self._ids[slot].power_source
-        if source == _POWER_INSTANT:
-            values = self._get(slot, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
-                               self._power_instant_ids)
+        if source in (_POWER_INSTANT, _POWER_FIELD_AVERAGE):
+            if source == _POWER_FIELD_AVERAGE:
+                self._power_read_at[slot] = self._clock()
+            name = _POWER_FIELDS[source]
+            ids = self._power_average_ids if source == _POWER_FIELD_AVERAGE else self._power_instant_ids
+            values = self._get(slot, name, nvml.nvmlDeviceGetFieldValues, handle, ids)
             if values and values[0].nvmlReturn == nvml.NVML_SUCCESS:
                 v = self._field_value(values[0])
                 return int(v) if v is not None else None
+            if values and values[0].nvmlReturn in self._lost_codes:
+                self._lost[slot] = True
+                raise GpuLostError(slot, f"{name} field: NVML error {values[0].nvmlReturn}")
+            if values:  # as _read_fields does: a field the GPU does not answer is not asked again
+                self._note_unsupported(slot, name, f"NVML error {values[0].nvmlReturn}")
             return None
         if source is not None:
             return self._get(slot, "power", nvml.nvmlDeviceGetPowerUsage, handle)
@@ -508,9 +554,10 @@ class NvmlDevices(Devices):
         return self._get(slot, "power_limit", self._nvml.nvmlDeviceGetEnforcedPowerLimit, self._handles[slot])
 
     def read_fast(self, slot: int) -> tuple[int | None, int | None]:
-        """10 Hz: memory used and power, nothing else. The steady state runs a closure built after a first
-        careful reading (two NVML calls, no per-field bookkeeping); any error or unusual answer falls back to the
-        careful path, which maps, logs and remembers it exactly as before (asking NVML once more)."""
+        """10 Hz: memory used and, where due (`_power_due`), power; nothing else. The steady state runs a closure
+        built after a first careful reading (one or two NVML calls, no per-field bookkeeping); any error or unusual
+        answer falls back to the careful path, which maps, logs and remembers it exactly as before (asking NVML
+        once more)."""
         if self._lost[slot]:
             self._revive(slot)
         plan = self._fast_plan[slot]
@@ -520,8 +567,9 @@ class NvmlDevices(Devices):
             except Exception:  # noqa: BLE001 - the careful path below decides what the error means
                 self._fast_plan[slot] = None
         mem = self._memory_info(slot)
-        power = self._power_mw(slot)
-        if mem is not None and (power is not None or self._ids[slot].power_source is None):
+        due = self._power_due(slot)
+        power = self._power_mw(slot) if due else None
+        if mem is not None and (power is not None or not due or not self._power_readable(slot)):
             self._fast_plan[slot] = self._make_fast_plan(slot)
         return (int(mem.used) if mem is not None else None), power
 
@@ -530,7 +578,7 @@ class NvmlDevices(Devices):
         h = self._handles[slot]
         mem_fn = nvml.nvmlDeviceGetMemoryInfo
         mem_args = (h, nvml.nvmlMemory_v2) if self._v2_memory[slot] else (h,)
-        source = self._ids[slot].power_source
+        source = self._ids[slot].power_source if self._power_readable(slot) else None
         if source == _POWER_INSTANT:
             fields_fn, ids, success, value = nvml.nvmlDeviceGetFieldValues, self._power_instant_ids, \
                 self._success, self._field_value
@@ -544,6 +592,24 @@ class NvmlDevices(Devices):
                 return used, int(v)
 
             return instant
+        if source == _POWER_FIELD_AVERAGE:
+            fields_fn, ids, success, value = nvml.nvmlDeviceGetFieldValues, self._power_average_ids, \
+                self._success, self._field_value
+            clock, read_at, window = self._clock, self._power_read_at, POWER_AVERAGE_WINDOW_S
+
+            def memory_and_due_average() -> tuple[int | None, int | None]:
+                used = int(mem_fn(*mem_args).used)
+                now = clock()
+                if now - read_at[slot] < window:
+                    return used, None  # the 1-s mean read last still covers this moment
+                (fv,) = fields_fn(h, ids)
+                v = value(fv) if fv.nvmlReturn == success else None
+                if v is None:
+                    raise ValueError("power field not read")  # -> the careful path, which asks again
+                read_at[slot] = now
+                return used, int(v)
+
+            return memory_and_due_average
         if source == _POWER_AVERAGE:
             power_fn = nvml.nvmlDeviceGetPowerUsage
 
@@ -586,6 +652,8 @@ class NvmlDevices(Devices):
             r.power_mw = g(slot, "power", nvml.nvmlDeviceGetPowerUsage, h)
         # ECC, instantaneous power, NVLink; energy when slow-due, volatile ECC when health is due
         self._read_fields(slot, r, energy=slow, health=health)
+        if self._ids[slot].power_source == _POWER_FIELD_AVERAGE:
+            self._power_read_at[slot] = self._clock()  # the next fast reading due a second from now
         temp = g(slot, "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
         r.temperature_c = float(temp) if temp is not None else None
         sm = g(slot, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
@@ -701,6 +769,7 @@ class NvmlDevices(Devices):
                    if (slot, name) not in self._skip and hasattr(nvml, const)
                    and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
                    and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
+                   and (name != "power_average" or self._ids[slot].power_source == _POWER_FIELD_AVERAGE)
                    and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
         # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not read
         links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]

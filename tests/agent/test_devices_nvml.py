@@ -41,7 +41,7 @@ def test_normal_sampling_units_and_inventory(fake_nvml: FakeNvml) -> None:
     assert (facts.driver_version, facts.cuda_version, facts.nvml_version) == ("550.54.15", "12.4", "12.550.54.15")
     ids = dev.gpus()
     assert [i.uuid for i in ids] == [g.uuid for g in fake_nvml.gpus]
-    assert ids[0].power_source == "field:NVML_FI_DEV_POWER_INSTANT"
+    assert ids[0].power_source == "field:NVML_FI_DEV_POWER_AVERAGE"  # the driver's 1-s mean, where it has one
     assert ids[0].pci_bus_id == "00000000:18:00.0" and ids[0].memory_total_bytes == 85_520_809_984
 
     s = sampler_for(dev)
@@ -80,7 +80,7 @@ def test_nvlink_rates_from_counter_deltas(fake_nvml: FakeNvml) -> None:
 def test_peaks_between_samples_are_kept() -> None:
     fake = make_fake(1)
     g = fake.gpus[0]
-    s = sampler_for(NvmlDevices(fake))
+    s = sampler_for(NvmlDevices(fake, power_instant_10hz=True))  # instantaneous power at every fast reading
     for used, power in ((1 << 30, 100_000), (9 << 30, 400_000), (1 << 30, 100_000)):
         g.memory_used_bytes, g.power_mw = used, power
         s.tick_fast()
@@ -149,10 +149,10 @@ def test_idle_gpu_skips_fast_ticks_until_a_process_appears() -> None:
 
 def test_unsupported_field_is_null_logged_once_and_not_asked_again(caplog: pytest.LogCaptureFixture) -> None:
     fake = make_fake(2)
-    fake.gpus[1].unsupported = {"nvmlDeviceGetPcieThroughput", "energy", "power_instant", "ecc"}
+    fake.gpus[1].unsupported = {"nvmlDeviceGetPcieThroughput", "energy", "power_average", "power_instant", "ecc"}
     fake.gpus[1].nvlink_links = 0
     dev = NvmlDevices(fake, slow_every=1)  # PCIe and energy at every reading
-    assert dev.gpus()[1].power_source == "nvmlDeviceGetPowerUsage"  # falls back from the instant field
+    assert dev.gpus()[1].power_source == "nvmlDeviceGetPowerUsage"  # falls back from both power fields
     s = sampler_for(dev)
     with caplog.at_level(logging.INFO, logger="agent.devices.nvml"):
         for _ in range(3):
@@ -292,13 +292,27 @@ def test_cadences_fast_interval_and_slow_fields() -> None:
     `slow_every` readings (staggered by GPU, and at the first): energy and PCIe, null in between. Every
     `static_every`: application clocks, the last value read on every row."""
     fake = make_fake(2)
-    dev = NvmlDevices(fake, slow_every=3, static_every=4)
+    now = [0.0]
+    dev = NvmlDevices(fake, slow_every=3, static_every=4, clock=lambda: now[0])
+    dev.read(0), dev.read(1)  # the interval's reading reads the driver's 1-s power mean
     before = dict(fake.calls)
     for _ in range(5):
+        now[0] += 0.1
         dev.read_fast(0)
         dev.read_fast(1)
     fast = {k: v - before.get(k, 0) for k, v in fake.calls.items() if v != before.get(k, 0)}
+    assert fast == {"nvmlDeviceGetMemoryInfo": 10}  # the power mean read at the reading still covers them
+    instant = make_fake(2)
+    dev_instant = NvmlDevices(instant, power_instant_10hz=True)
+    before = dict(instant.calls)
+    for _ in range(5):
+        dev_instant.read_fast(0)
+        dev_instant.read_fast(1)
+    fast = {k: v - before.get(k, 0) for k, v in instant.calls.items() if v != before.get(k, 0)}
     assert fast == {"nvmlDeviceGetMemoryInfo": 10, "nvmlDeviceGetFieldValues": 10}  # power: the instant field
+    fake.calls.clear()
+    now[0] = 0.0
+    dev = NvmlDevices(fake, slow_every=3, static_every=4, clock=lambda: now[0])
     s = sampler_for(dev)
     a = fake.gpus[0]
     for i in range(8):
@@ -321,7 +335,7 @@ def test_cadences_fast_interval_and_slow_fields() -> None:
 def test_fast_reading_steady_path_sees_changes_and_falls_back_on_errors() -> None:
     fake = make_fake(1)
     g = fake.gpus[0]
-    dev = NvmlDevices(fake)
+    dev = NvmlDevices(fake, power_instant_10hz=True)
     assert dev.read_fast(0) == (1 << 30, 300_000)  # careful path; the steady one is built after it
     g.memory_used_bytes, g.power_instant_mw = 5 << 30, 420_000
     assert dev.read_fast(0) == (5 << 30, 420_000)
@@ -333,3 +347,73 @@ def test_fast_reading_steady_path_sees_changes_and_falls_back_on_errors() -> Non
     g.unsupported.add("power_instant")  # the field stops answering: null power, memory still read
     assert dev.read_fast(0) == (5 << 30, None)
     assert dev.read_fast(0) == (5 << 30, None)
+
+
+def test_driver_power_mean_is_read_once_a_second_and_covers_longer_intervals() -> None:
+    """Where the GPU has NVML_FI_DEV_POWER_AVERAGE (the driver's 1-s mean) the fast readings read memory only,
+    and power once a second: an interval's power_w is the mean of the 1-s means read in it, power_max_w the
+    highest of them."""
+    fake = make_fake(1, compute_processes=[(4242, 2 << 30)])
+    g = fake.gpus[0]
+    now = [0.0]
+    dev = NvmlDevices(fake, clock=lambda: now[0])
+    assert dev.gpus()[0].power_source == "field:NVML_FI_DEV_POWER_AVERAGE"
+    s = sampler_for(dev)
+    g.power_mw = 200_000
+    s.sample()  # t = 0: the previous interval's
+    s.make_batch()
+
+    def run_interval(seconds: int, watts_by_second: list[int]) -> None:
+        for tick in range(1, seconds * 10):
+            now[0] += 0.1
+            if tick % 10 == 0:
+                g.power_mw = watts_by_second[tick // 10 - 1] * 1000
+            s.tick_fast()
+        now[0] += 0.1
+        g.power_mw = watts_by_second[-1] * 1000
+        s.sample()
+
+    fields = fake.calls["nvmlDeviceGetFieldValues"]
+    run_interval(1, [300])  # 1-s interval: only the interval's reading reads power
+    assert fake.calls["nvmlDeviceGetFieldValues"] - fields == 1
+    run_interval(3, [300, 450, 600])  # 3-s interval: the fast readings at 1 s and 2 s read it too
+    c = s.make_batch().samples  # type: ignore[union-attr]
+    assert c.power_w == [300.0, 450.0] and c.power_max_w == [300.0, 600.0]
+    assert fake.calls["nvmlDeviceGetFieldValues"] - fields == 1 + 3
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] > 35  # memory still at every fast reading
+
+
+def test_driver_power_mean_errors_take_the_careful_path() -> None:
+    fake = make_fake(1)
+    g = fake.gpus[0]
+    now = [0.0]
+    dev = NvmlDevices(fake, clock=lambda: now[0])
+    assert dev.read_fast(0) == (1 << 30, 300_000)  # careful path, due at the first reading
+    now[0] += 0.5
+    g.memory_used_bytes, g.power_mw = 5 << 30, 420_000
+    assert dev.read_fast(0) == (5 << 30, None)  # steady path, not due
+    now[0] += 0.5
+    assert dev.read_fast(0) == (5 << 30, 420_000)
+    now[0] += 1.0
+    g.lost = True
+    with pytest.raises(GpuLostError):
+        dev.read_fast(0)
+    g.lost = False
+    assert dev.read_fast(0) == (5 << 30, 420_000)  # handle back by UUID; due again after the revival
+    g.unsupported.add("power_average")  # the field stops answering: null power, memory still read, not asked again
+    now[0] += 1.0
+    assert dev.read_fast(0) == (5 << 30, None)
+    fields = fake.calls["nvmlDeviceGetFieldValues"]
+    for _ in range(20):
+        now[0] += 0.5
+        assert dev.read_fast(0) == (5 << 30, None)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == fields
+
+
+def test_instantaneous_power_where_the_driver_has_no_mean_or_when_asked() -> None:
+    fake = make_fake(2)
+    fake.gpus[1].unsupported = {"power_average"}
+    assert [i.power_source for i in NvmlDevices(fake).gpus()] == ["field:NVML_FI_DEV_POWER_AVERAGE",
+                                                                  "field:NVML_FI_DEV_POWER_INSTANT"]
+    assert [i.power_source for i in NvmlDevices(fake, power_instant_10hz=True).gpus()] == \
+        ["field:NVML_FI_DEV_POWER_INSTANT"] * 2

@@ -1,10 +1,11 @@
 """Energy: from the NVML total-energy counter where it counts, else the integral of power, and say which.
 
 The counter (Volta+, converted from mJ to J by the agent) is exact over any interval, gaps included. Power
-samples are an estimate: `power_w` is a 1-s average on A100/H100 and an instantaneous reading elsewhere,
-so integrating it with trapezoids is only as good as the sampling. Per interval between two samples we
-take the counter delta when both ends have a counter and it did not go backwards; a negative delta means
-the counter was reset (driver reload, GPU reset) or wrapped, and that one interval falls back to power.
+samples are an estimate: `power_w` is the interval's mean of the driver's 1-s means or of 10 Hz instantaneous
+readings (`power_source` says which), so integrating it with trapezoids is only as good as the sampling. Per
+interval between two samples we take the counter delta when both ends have a counter and it did not go backwards;
+a negative delta means the counter was reset (driver reload, GPU reset) or wrapped, and that one interval falls
+back to power.
 """
 
 from __future__ import annotations
