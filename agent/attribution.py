@@ -8,13 +8,18 @@ when exactly one pod holds it, else the pod UID from /proc/PID/cgroup (job id `k
 unattributed (None). The agent needs the host PID namespace
 (DaemonSet `hostPID: true`) because NVML reports host pids.
 
-Results are cached per (pid, start time) so a recycled pid is looked up again.
+Results are cached per process, so a recycled pid is looked up again: where the agent reads its own /proc (the
+usual case, `hostPID`), a pidfd held per cached process says, in one poll, whether that very process has
+exited (os.pidfd_open, Linux 5.3+); elsewhere (another /proc mounted at `proc_root`, or no pidfd) each call
+compares the process's start time in /proc/PID/stat, three syscalls and a parse per process and interval.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import select
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,9 +63,17 @@ class Attributor:
         self.pod_resources = PodResources(pod_resources_socket)
         self.parent_depth = parent_depth
         self._cache: dict[int, tuple[int | None, Attribution]] = {}
+        # pid -> a pidfd of the process whose attribution is cached (only where /proc is this namespace's own)
+        self._pidfds: dict[int, int] = {}
+        self._use_pidfd = hasattr(os, "pidfd_open") and os.path.realpath(self._root) == "/proc"
 
     def attribute(self, pid: int, gpu_uuid: str | None = None) -> Attribution:
         """The job of process `pid`, seen on GPU `gpu_uuid` (which the pod-resources lookup needs)."""
+        fd = self._pidfds.get(pid)
+        if fd is not None:
+            if not select.select((fd,), (), (), 0)[0]:  # readable once the process has exited
+                return self._cache[pid][1]
+            self._forget(pid)
         start = self._start_time(pid)
         cached = self._cache.get(pid)
         if cached is not None and cached[0] == start:
@@ -68,12 +81,36 @@ class Attributor:
         result = self._lookup(pid, gpu_uuid)
         if start is not None:  # a vanished process is not cached: its pid may come back as another one
             self._cache[pid] = (start, result)
+            self._hold(pid, start)
         return result
 
+    def _hold(self, pid: int, start: int) -> None:
+        """A pidfd of `pid`, if it is still the process started at `start` (the one just looked up)."""
+        if not self._use_pidfd:
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # gone meanwhile, or pidfds not allowed here: the start time is compared instead
+            return
+        if self._start_time(pid) != start:  # the pid was recycled between the lookup and the open
+            os.close(fd)
+            return
+        self._pidfds[pid] = fd
+
+    def _forget(self, pid: int) -> None:
+        self._cache.pop(pid, None)
+        fd = self._pidfds.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
     def forget_except(self, live_pids: set[int]) -> None:
-        """Drop cache entries of processes no longer on any GPU."""
+        """Drop cache entries (and pidfds) of processes no longer on any GPU."""
         for pid in [p for p in self._cache if p not in live_pids]:
-            del self._cache[pid]
+            self._forget(pid)
+
+    def close(self) -> None:
+        """Release the pidfds."""
+        self.forget_except(set())
 
     # ------------------------------------------------------------------------------------------ lookups
 

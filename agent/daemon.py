@@ -213,6 +213,8 @@ class Agent:
         self.spool.close()
         self.transport.close()
         self.devices.close()
+        if isinstance(self.sampler, Sampler):
+            self.sampler.attributor.close()  # its pidfds
 
 
 def run_agent(settings: AgentSettings, *, source: str, stop: threading.Event) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.attribution import ENV_JOB, ENV_SLURM, K8S_POD, UNATTRIBUTED, Attribution, Attributor
 
 POD_UID = "0d2a8c5e-1f3b-4c6d-9e8f-a1b2c3d4e5f6"
@@ -80,3 +82,50 @@ def test_real_child_processes_by_their_environment() -> None:
     assert got[0] == Attribution("real-job-1", ENV_JOB)
     assert got[1] == Attribution("slurm:4242", ENV_SLURM)
     assert got[2].method in (None, K8S_POD)  # unattributed (or this test itself runs in a pod)
+
+
+def test_a_live_process_is_checked_by_its_pidfd_and_an_exited_one_looked_up_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real /proc, a cached process is checked with one poll of its pidfd: no /proc read while it runs;
+    once it has exited its entry (and pidfd) goes, and the pid is looked up afresh."""
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
+    env = {k: v for k, v in os.environ.items() if k not in ("FLEETPROF_JOB_ID", "SLURM_JOB_ID")}
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env={**env, "FLEETPROF_JOB_ID": "pidfd-job"})
+    a = Attributor()
+    reads: list[str] = []
+    real_read = a._read
+
+    def counted(pid: int, name: str) -> bytes | None:
+        reads.append(name)
+        return real_read(pid, name)
+
+    a._read = counted  # type: ignore[method-assign]
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        assert a.attribute(child.pid) == Attribution("pidfd-job", ENV_JOB)
+        assert child.pid in a._pidfds and reads
+        reads.clear()
+        for _ in range(5):
+            assert a.attribute(child.pid) == Attribution("pidfd-job", ENV_JOB)
+        assert reads == []  # the pidfd said it still runs
+    finally:
+        child.communicate(b"")
+    fd = a._pidfds[child.pid]
+    closed: list[int] = []
+    real_close = os.close
+
+    def recorded_close(n: int) -> None:
+        closed.append(n)
+        real_close(n)
+
+    monkeypatch.setattr(os, "close", recorded_close)
+    assert a.attribute(child.pid) == UNATTRIBUTED  # exited and reaped: nothing to read any more
+    assert child.pid not in a._pidfds and child.pid not in a._cache
+    assert fd in closed  # the pidfd of the exited process was released
+
+
+def test_another_proc_root_compares_start_times(tmp_path: Path) -> None:
+    make_proc(tmp_path, 40, env={"FLEETPROF_JOB_ID": "j40"})
+    a = Attributor(tmp_path)  # not this namespace's /proc: its pids are not ours to open
+    assert a.attribute(40) == Attribution("j40", ENV_JOB) and not a._pidfds
