@@ -42,6 +42,10 @@ class Sink:
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
+            # keep-alive, as the collector (uvicorn) does: HTTP/1.0 would close the connection after every batch
+            # and charge the agent a TCP connect per batch that it does not pay against the real server
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args: object) -> None:
                 pass
 

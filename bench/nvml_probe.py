@@ -74,6 +74,8 @@ def call_latencies(pynvml: Any, h: Any) -> dict[str, dict[str, float | str | Non
         # instantaneous field (read at 10 Hz otherwise)
         "nvmlDeviceGetFieldValues(POWER_AVERAGE)": lambda: p.nvmlDeviceGetFieldValues(h, [p.NVML_FI_DEV_POWER_AVERAGE]),
         "nvmlDeviceGetFieldValues(POWER_INSTANT)": lambda: p.nvmlDeviceGetFieldValues(h, [p.NVML_FI_DEV_POWER_INSTANT]),
+        # energy: the total-energy field costs ~3 ms; is the other energy field cheaper?
+        "nvmlDeviceGetFieldValues(ENERGY)": lambda: p.nvmlDeviceGetFieldValues(h, [p.NVML_FI_DEV_ENERGY]),
     }
     return {name: latency_us(fn, n=50 if "Process" in name else 200) for name, fn in calls.items()}
 
@@ -109,12 +111,60 @@ class Gpm:
             p.nvmlGpmSampleFree(s1)
             p.nvmlGpmSampleFree(s2)
 
+    def metrics_get_latency(self) -> dict[str, float | str | None]:
+        """nvmlGpmMetricsGet between two samples (computed in the library; the double assumes 25 us)."""
+        p = self.p
+        s1, s2 = p.nvmlGpmSampleAlloc(), p.nvmlGpmSampleAlloc()
+        try:
+            p.nvmlGpmSampleGet(self.h, s1)
+            time.sleep(0.1)
+            p.nvmlGpmSampleGet(self.h, s2)
+            get = p.c_nvmlGpmMetricsGet_t()
+            get.version = p.NVML_GPM_METRICS_GET_VERSION
+            get.numMetrics = len(self.ids)
+            get.sample1, get.sample2 = s1, s2
+            for i, metric_id in enumerate(self.ids.values()):
+                get.metrics[i].metricId = metric_id
+            return latency_us(lambda: p.nvmlGpmMetricsGet(get), n=100)
+        finally:
+            p.nvmlGpmSampleFree(s1)
+            p.nvmlGpmSampleFree(s2)
+
     def sample_get_latency(self) -> dict[str, float | str | None]:
         s = self.p.nvmlGpmSampleAlloc()
         try:
             return latency_us(lambda: self.p.nvmlGpmSampleGet(self.h, s), n=100)
         finally:
             self.p.nvmlGpmSampleFree(s)
+
+
+def pynvml_python_us(p: Any, h: Any) -> dict[str, Any]:
+    """pynvml's own Python per call, hot: each wrapper against the same C function called through ctypes with its
+    arguments prepared once. The NVML double's latencies (agent/devices/fake.py) were timed through pynvml, so they
+    include this share; the double then runs its own Python on top (an over-count the bench keeps until this is
+    known for the machine the latencies came from)."""
+    import ctypes
+
+    mem_fn = p._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2")
+    mem = p.c_nvmlMemory_v2_t()
+    mem.version = p.nvmlMemory_v2
+    mem_ref = ctypes.byref(mem)
+    fv_fn = p._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+    values = (p.c_nvmlFieldValue_t * 1)()
+    values[0].fieldId = p.NVML_FI_DEV_POWER_AVERAGE
+    pairs = {
+        "nvmlDeviceGetMemoryInfo_v2": (lambda: mem_fn(h, mem_ref),
+                                       lambda: p.nvmlDeviceGetMemoryInfo(h, p.nvmlMemory_v2)),
+        "nvmlDeviceGetFieldValues(POWER_AVERAGE)": (lambda: fv_fn(h, 1, values),
+                                                    lambda: p.nvmlDeviceGetFieldValues(h, [p.NVML_FI_DEV_POWER_AVERAGE])),
+    }
+    out: dict[str, Any] = {}
+    for name, (raw, wrapped) in pairs.items():
+        r, w = latency_us(raw, n=2000), latency_us(wrapped, n=2000)
+        out[name] = {"ctypes_median_us": r["median_us"], "pynvml_median_us": w["median_us"],
+                     "pynvml_python_us": (round(w["median_us"] - r["median_us"], 2)
+                                          if r["median_us"] is not None and w["median_us"] is not None else None)}
+    return out
 
 
 def _field_w(p: Any, h: Any, field: int) -> float | None:
@@ -226,8 +276,10 @@ def main() -> int:
     result["idle"] = measure()
     result["bf16_matmul_8192"] = under_load(matmul, measure)
     result["device_copy_1GiB"] = under_load(copy, measure)
+    result["pynvml_python"] = pynvml_python_us(pynvml, h)
     if result["gpm_supported"]:
         result["latency"]["nvmlGpmSampleGet"] = gpm.sample_get_latency()
+        result["latency"]["nvmlGpmMetricsGet"] = gpm.metrics_get_latency()
     try:  # where the driver's 1-s mean and the instantaneous field agree with the energy counter, under load
         result["power_agreement_bf16_matmul"] = under_load(matmul, lambda: power_agreement(pynvml, h))
     except pynvml.NVMLError as exc:
@@ -238,7 +290,7 @@ def main() -> int:
     print(f"{'call':45s} {'median us':>10s} {'p95 us':>10s}")
     for call, lat in result["latency"].items():
         print(f"{call:45s} {lat['median_us']!s:>10s} {lat['p95_us']!s:>10s} {lat.get('error', '')}")
-    for load in ("idle", "bf16_matmul_8192", "device_copy_1GiB", "power_agreement_bf16_matmul"):
+    for load in ("idle", "bf16_matmul_8192", "device_copy_1GiB", "power_agreement_bf16_matmul", "pynvml_python"):
         print(load, json.dumps(result[load]))
     write_report(__file__, result)
     return 0
