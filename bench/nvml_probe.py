@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,6 +35,9 @@ GPM_METRICS = {  # name -> pynvml constant name
     "pcie_rx_bytes_per_s": "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
     "graphics_util_pct": "NVML_GPM_METRIC_GRAPHICS_UTIL",
 }
+
+
+T = TypeVar("T")
 
 
 def latency_us(fn: Callable[[], Any], n: int = 200) -> dict[str, float | str | None]:
@@ -91,7 +94,8 @@ class Gpm:
         except Exception:  # noqa: BLE001
             return False
 
-    def window(self, seconds: float) -> dict[str, float | None]:
+    def _between(self, seconds: float, use: Callable[[Any], T]) -> T:
+        """`use(request)` on a metrics request between two samples `seconds` apart (the samples freed after)."""
         p = self.p
         s1, s2 = p.nvmlGpmSampleAlloc(), p.nvmlGpmSampleAlloc()
         try:
@@ -104,31 +108,22 @@ class Gpm:
             get.sample1, get.sample2 = s1, s2
             for i, metric_id in enumerate(self.ids.values()):
                 get.metrics[i].metricId = metric_id
-            p.nvmlGpmMetricsGet(get)
-            return {name: (round(get.metrics[i].value * (2**20 if name.endswith("_bytes_per_s") else 1), 2)
-                           if get.metrics[i].nvmlReturn == 0 else None) for i, name in enumerate(self.ids)}
+            return use(get)
         finally:
             p.nvmlGpmSampleFree(s1)
             p.nvmlGpmSampleFree(s2)
 
+    def window(self, seconds: float) -> dict[str, float | None]:
+        def metrics(get: Any) -> dict[str, float | None]:
+            self.p.nvmlGpmMetricsGet(get)
+            return {name: (round(get.metrics[i].value * (2**20 if name.endswith("_bytes_per_s") else 1), 2)
+                           if get.metrics[i].nvmlReturn == 0 else None) for i, name in enumerate(self.ids)}
+
+        return self._between(seconds, metrics)
+
     def metrics_get_latency(self) -> dict[str, float | str | None]:
         """nvmlGpmMetricsGet between two samples (computed in the library; the double assumes 25 us)."""
-        p = self.p
-        s1, s2 = p.nvmlGpmSampleAlloc(), p.nvmlGpmSampleAlloc()
-        try:
-            p.nvmlGpmSampleGet(self.h, s1)
-            time.sleep(0.1)
-            p.nvmlGpmSampleGet(self.h, s2)
-            get = p.c_nvmlGpmMetricsGet_t()
-            get.version = p.NVML_GPM_METRICS_GET_VERSION
-            get.numMetrics = len(self.ids)
-            get.sample1, get.sample2 = s1, s2
-            for i, metric_id in enumerate(self.ids.values()):
-                get.metrics[i].metricId = metric_id
-            return latency_us(lambda: p.nvmlGpmMetricsGet(get), n=100)
-        finally:
-            p.nvmlGpmSampleFree(s1)
-            p.nvmlGpmSampleFree(s2)
+        return self._between(0.1, lambda get: latency_us(lambda: self.p.nvmlGpmMetricsGet(get), n=100))
 
     def sample_get_latency(self) -> dict[str, float | str | None]:
         s = self.p.nvmlGpmSampleAlloc()
@@ -141,8 +136,8 @@ class Gpm:
 def pynvml_python_us(p: Any, h: Any) -> dict[str, Any]:
     """pynvml's own Python per call, hot: each wrapper against the same C function called through ctypes with its
     arguments prepared once. The NVML double's latencies (agent/devices/fake.py) were timed through pynvml, so they
-    include this share; the double then runs its own Python on top (an over-count the bench keeps until this is
-    known for the machine the latencies came from)."""
+    include this hot share; the double then runs its own Python on top, which costs no more than pynvml's does cold
+    (bench/nvml_double_python.py)."""
     import ctypes
 
     mem_fn = p._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2")
@@ -160,10 +155,10 @@ def pynvml_python_us(p: Any, h: Any) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name, (raw, wrapped) in pairs.items():
-        r, w = latency_us(raw, n=2000), latency_us(wrapped, n=2000)
-        out[name] = {"ctypes_median_us": r["median_us"], "pynvml_median_us": w["median_us"],
-                     "pynvml_python_us": (round(w["median_us"] - r["median_us"], 2)
-                                          if r["median_us"] is not None and w["median_us"] is not None else None)}
+        r, w = latency_us(raw, n=2000)["median_us"], latency_us(wrapped, n=2000)["median_us"]
+        both = isinstance(r, float) and isinstance(w, float)
+        out[name] = {"ctypes_median_us": r, "pynvml_median_us": w,
+                     "pynvml_python_us": round(float(w) - float(r), 2) if both else None}  # type: ignore[arg-type]
     return out
 
 
