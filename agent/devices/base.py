@@ -52,6 +52,10 @@ class GpuIdentity:
     memory_total_bytes: int | None = None
     pci_bus_id: str | None = None
     mig_parent_uuid: str | None = None
+    # A MIG device's GPU instance id (nvmlDeviceGetGpuInstanceId) and profile ("1g.10gb", from its name): the
+    # GPU_I_ID and GPU_I_PROFILE labels dcgm-exporter gives MIG series; None on a whole GPU
+    mig_gpu_instance_id: int | None = None
+    mig_profile: str | None = None
     # Which call feeds power_mw: "field:NVML_FI_DEV_POWER_AVERAGE" (the driver's 1-s mean),
     # "field:NVML_FI_DEV_POWER_INSTANT", "nvmlDeviceGetPowerUsage" (a 1-s mean on Ampere+ but GA100,
     # instantaneous on older parts), "nvidia-smi:power.draw" (replay); None = no power.

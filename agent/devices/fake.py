@@ -177,6 +177,7 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
     is_mig: bool = False
+    gpu_instance_id: int = 0  # a MIG device's GPU instance (nvmlDeviceGetGpuInstanceId)
 
 
 class _Handle:
@@ -568,6 +569,12 @@ class FakeNvml:
             raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
         mode = _real.NVML_DEVICE_MIG_ENABLE if g.mig_devices else _real.NVML_DEVICE_MIG_DISABLE
         return [mode, mode]
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _Handle) -> int:
+        g = self._check("nvmlDeviceGetGpuInstanceId", h)
+        if not g.is_mig:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)  # as NVML, for a whole GPU's handle
+        return g.gpu_instance_id
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:
         self._check("nvmlDeviceGetMaxMigDeviceCount", h)

@@ -146,6 +146,12 @@ def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def mig_profile(name: str) -> str | None:
+    """A MIG device's profile from its NVML name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb" -> "1g.10gb"."""
+    _, sep, profile = name.rpartition(" MIG ")
+    return profile.strip() or None if sep else None
+
+
 def _handle_key(handle: object) -> int:
     """A hashable identity for an NVML handle (ctypes pointers compare by address, the double by id)."""
     if isinstance(handle, ctypes._Pointer):
@@ -334,11 +340,14 @@ class NvmlDevices(Devices):
                              nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) if physical else None
         # GPM of a MIG device needs its GPU instance (nvmlGpmMigSampleGet): not sampled, the parent's is
         self._gpm[slot] = self._probe_gpm(slot) if physical and self._gpm_wanted else None
+        instance = None if physical else self._get(slot, "gpu_instance_id", nvml.nvmlDeviceGetGpuInstanceId, handle)
         return GpuIdentity(
             slot=slot, index=index, uuid=uuid, name=name,
             memory_total_bytes=int(mem.total) if mem is not None else None,
             pci_bus_id=_text(pci.busId) if pci is not None else None,
             mig_parent_uuid=mig_parent_uuid, power_source=power_source,
+            mig_gpu_instance_id=int(instance) if instance is not None else None,
+            mig_profile=mig_profile(name) if not physical else None,
             power_limit_mw=limit, default_power_limit_mw=default_limit,
             max_sm_clock_mhz=float(max_sm) if max_sm else None,  # 0 would mean "not reported"
             slowdown_temperature_c=float(slowdown) if slowdown else None,

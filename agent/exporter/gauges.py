@@ -9,7 +9,8 @@ Each field holds the last value read: the sampler reads some fields at every int
 A GPU that is lost exports nothing until it answers again (as dcgm-exporter does), a field the GPU does not
 support never appears (unknown is no series, never 0).
 
-Labels are dcgm-exporter's: `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`, plus `namespace`,
+Labels are dcgm-exporter's: `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`, on a MIG device's series
+`GPU_I_ID` (its GPU instance) and `GPU_I_PROFILE` ("1g.10gb"; `UUID` stays the MIG device's own), plus `namespace`,
 `pod`, `container` when the kubelet's pod-resources API says exactly one pod's container holds the GPU, and
 `hpc_job` (the Slurm job id) when exactly one Slurm job runs on it. Data that is not from NVML (the NVML test
 double, a replayed recording) carries `source` ("test", "replay") on every series, so it can never be taken for a
@@ -73,6 +74,8 @@ class NodeGauges:
         marker = None if source == "nvml" else source
         self._static = [_labels((("gpu", str(g.index)), ("UUID", g.uuid), ("pci_bus_id", g.pci_bus_id),
                                  ("device", f"nvidia{g.index}"), ("modelName", g.name), ("Hostname", hostname),
+                                 ("GPU_I_PROFILE", g.mig_profile),
+                                 ("GPU_I_ID", None if g.mig_gpu_instance_id is None else str(g.mig_gpu_instance_id)),
                                  ("source", marker)))
                         for g in gpus]
         self._values: list[dict[str, float]] = [{} for _ in gpus]

@@ -206,6 +206,7 @@ def test_gpu_lost_at_start_up_keeps_its_slot() -> None:
 def test_mig_devices_are_slots_of_their_own() -> None:
     migs = [FakeGpu(uuid=f"MIG-{i}", name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", memory_total_bytes=10 << 30,
                     memory_used_bytes=(i + 1) << 28, is_mig=True, compute_processes=[(500 + i, 1 << 28)],
+                    gpu_instance_id=7 + i,
                     unsupported={"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
                                  "nvmlDeviceGetPcieThroughput"})
             for i in range(2)]
@@ -216,6 +217,8 @@ def test_mig_devices_are_slots_of_their_own() -> None:
     assert [(g.uuid, g.index, g.mig_parent_uuid) for g in ids] == [
         ("GPU-parent", 0, None), ("MIG-0", 0, "GPU-parent"), ("MIG-1", 0, "GPU-parent"), ("GPU-plain", 1, None)]
     assert ids[1].power_source is None and ids[1].memory_total_bytes == 10 << 30
+    assert [(g.mig_gpu_instance_id, g.mig_profile) for g in ids] == [(None, None), (7, "1g.10gb"), (8, "1g.10gb"),
+                                                                     (None, None)]
     s = sampler_for(dev)
     s.sample()
     b = s.make_batch()

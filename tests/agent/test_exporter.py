@@ -210,6 +210,20 @@ def test_cli_agent_serves_metrics_on_its_port(tmp_path: Path, collector: Collect
     assert all(labels["Hostname"] == "cli-node" and labels["source"] == "test" for labels, _ in series)
 
 
+def test_mig_series_carry_the_gpu_instance_and_profile() -> None:
+    """As dcgm-exporter: a MIG device's series say GPU_I_ID and GPU_I_PROFILE; a whole GPU's carry neither."""
+    whole = GpuIdentity(slot=0, index=0, uuid="GPU-p", name="NVIDIA H100 80GB HBM3")
+    mig = GpuIdentity(slot=1, index=0, uuid="MIG-a", name="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                      mig_parent_uuid="GPU-p", mig_gpu_instance_id=2, mig_profile="3g.40gb")
+    gauges = NodeGauges([whole, mig], hostname="h", source="nvml", agent_id="a")
+    for slot in (0, 1):
+        gauges.update_reading(slot, GpuReading(memory_used_bytes=1 << 30, gpu_util_pct=10.0))
+    used = {s.labels["UUID"]: s.labels for f in text_string_to_metric_families(gauges.render().decode())
+            for s in f.samples if s.name == "DCGM_FI_DEV_FB_USED"}
+    assert used["MIG-a"]["GPU_I_ID"] == "2" and used["MIG-a"]["GPU_I_PROFILE"] == "3g.40gb"
+    assert "GPU_I_ID" not in used["GPU-p"] and "GPU_I_PROFILE" not in used["GPU-p"]
+
+
 def test_fast_ticks_refresh_used_and_free_together() -> None:
     gpu = GpuIdentity(slot=0, index=0, uuid="GPU-m", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 << 30)
     gauges = NodeGauges([gpu], hostname="h", source="nvml", agent_id="a")
