@@ -241,6 +241,8 @@ class NvmlDevices(Devices):
             self._power_average_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_AVERAGE", None)]
             # per slot, the clock when the driver's 1-s power mean was last read (power_source _POWER_FIELD_AVERAGE)
             self._power_read_at: list[float] = []
+            # per slot, (energy, health) -> the field-values request of _read_fields and what it was built for
+            self._field_plans: list[dict[tuple[bool, bool], tuple[Any, ...]]] = []
             # per slot, the 10 Hz reading as one closure over its handle and calls (see read_fast)
             self._fast_plan: list[Callable[[], tuple[int | None, int | None]] | None] = []
             self._gpm: list[_Gpm | None] = []  # None: no GPM on this GPU (or MIG device)
@@ -307,6 +309,7 @@ class NvmlDevices(Devices):
         self._app_clocks.append((None, None))
         self._fast_plan.append(None)
         self._power_read_at.append(float("-inf"))
+        self._field_plans.append({})
         self._v2_memory.append(hasattr(nvml, "nvmlMemory_v2"))
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         # provisional identity so that log lines of the probes below can name the GPU
@@ -774,15 +777,23 @@ class NvmlDevices(Devices):
         nvml = self._nvml
         if self._ids[slot].mig_parent_uuid is not None:
             return  # energy, ECC and NVLink are the parent GPU's
-        scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
-                   if (slot, name) not in self._skip and hasattr(nvml, const)
-                   and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
-                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
-                   and (name != "power_average" or self._ids[slot].power_source == _POWER_FIELD_AVERAGE)
-                   and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
-        # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not read
-        links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]
-        ids: list[Any] = [fid for _, _, fid in scalars] + links
+        # which fields to ask depends on the cadence (energy, health), on what was found unsupported (`_skip` only
+        # grows) and on whether GPM still runs: built once per combination, not at every reading
+        key = (energy, health, len(self._skip), self._gpm[slot] is None)
+        plan = self._field_plans[slot].get(key[:2])
+        if plan is None or plan[0] != key:
+            scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
+                       if (slot, name) not in self._skip and hasattr(nvml, const)
+                       and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
+                       and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
+                       and (name != "power_average" or self._ids[slot].power_source == _POWER_FIELD_AVERAGE)
+                       and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
+            # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not
+            # read
+            links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]
+            plan = (key, scalars, links, [fid for _, _, fid in scalars] + links)
+            self._field_plans[slot][key[:2]] = plan
+        _, scalars, links, ids = plan
         if not ids:
             return
         values = self._get(slot, "field_values", nvml.nvmlDeviceGetFieldValues, self._handles[slot], ids)
