@@ -42,6 +42,7 @@ from server.analysis.fleet.rollup import (
     sample_terms,
     summary_from_totals,
 )
+from server.analysis.health.findings import slowdown_threshold
 from server.auth.policy import link_window
 from server.db import dialect_insert, epoch_column, float_rows, is_postgres, read_in_parallel, rowcount
 from server.models import Gpu, GpuHourly, GpuJobHourly, GpuSample, Job, JobGpu, Node, Report, RollupBacklog
@@ -178,11 +179,13 @@ def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: floa
     a = float_rows(session, select(
         t.c.gpu_id, epoch_column(session, t.c.ts), t.c.gpu_util_pct,
         func.coalesce(t.c.memory_used_max_bytes, t.c.memory_used_bytes), t.c.power_w, t.c.energy_counter_j,
-        t.c.throttle_reasons)
+        t.c.throttle_reasons, t.c.temperature_c)
         .where(t.c.gpu_id >= first_id, t.c.gpu_id <= last_id,
-               t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts), 7)
+               t.c.ts >= from_epoch(h0), t.c.ts < from_epoch(h1 + LOOKAHEAD_S)).order_by(t.c.gpu_id, t.c.ts), 8)
     if not a.size:
         return 0
+    thresholds = {gpu_id: slowdown_threshold(nvml_c, name).value for gpu_id, nvml_c, name in session.execute(
+        select(Gpu.id, Gpu.slowdown_temperature_c, Gpu.name).where(Gpu.id >= first_id, Gpu.id <= last_id)).tuples()}
     fields = [*ROLLUP_FIELDS, ENERGY_SOURCE]
     per_gpu: dict[str, list[Any]] = {"gpu_id": [], **{f: [] for f in fields}}
     per_job: dict[str, list[Any]] = {"gpu_id": [], "key": [], **{f: [] for f in fields}}
@@ -190,7 +193,8 @@ def _rollup_gpu_range(session: Session, first_id: int, last_id: int, *, h0: floa
     for part in np.split(a, bounds):
         gpu_id = int(part[0, 0])
         terms = sample_terms(part[:, 1], gpu_util_pct=part[:, 2], memory_used_bytes=part[:, 3], power_w=part[:, 4],
-                             energy_counter_j=part[:, 5], throttle_reasons=part[:, 6])
+                             energy_counter_j=part[:, 5], throttle_reasons=part[:, 6], temperature_c=part[:, 7],
+                             slowdown_temperature_c=thresholds.get(gpu_id))
         r = reduce_hours(terms)
         keep = (r["hour_start"] >= h0) & (r["hour_start"] < h1)
         per_gpu["gpu_id"].extend([gpu_id] * int(keep.sum()))

@@ -20,6 +20,9 @@ class GoodputSeconds:
     thermal_s: Mapped[float | None] = mapped_column(Float)
     power_cap_s: Mapped[float | None] = mapped_column(Float)
     hw_slowdown_s: Mapped[float | None] = mapped_column(Float)
+    # Seconds within TEMPERATURE_MARGIN_C of the GPU's slowdown temperature; null: no temperature or threshold known
+    # (or before migration 0018).
+    near_slowdown_s: Mapped[float | None] = mapped_column(Float)
 
 
 class GpuHourly(GoodputSeconds, Base):

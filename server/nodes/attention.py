@@ -1,7 +1,7 @@
 """GPUs needing attention: health findings per GPU over a recent window, kept cheap for a fleet of 10,000 GPUs:
 
-- slowdown seconds per kind from the hourly rollups (`gpu_hourly`, re-rolled every few minutes) of the hours the
-  window touches: one aggregate over a row per GPU and hour;
+- slowdown seconds per kind, and seconds near the slowdown temperature, from the hourly rollups (`gpu_hourly`,
+  re-rolled every few minutes) of the hours the window touches: one aggregate over a row per GPU and hour;
 - XIDs, error counters and flags from each GPU's first and last raw sample in the window that read them: primary-key
   probes per GPU (LIMIT 1 each; the health counters, read every 30th sample, walk back at most that many rows), as the
   fleet summary reads each GPU's latest utilization; no window of samples is scanned (bench/attention_probes.py,
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from fleetprof.api_models import GpuAttention
 from fleetprof.report import HealthFinding
-from server.analysis.fleet.rollup import SLOWDOWN_FIELDS
+from server.analysis.fleet.rollup import NEAR_SLOWDOWN_FIELD, SLOWDOWN_FIELDS
 from server.analysis.health.findings import COUNTERS, FLAGS
 from server.analysis.health.window import SEVERITY_ORDER, window_findings, worst_severity
 from server.db import is_postgres
@@ -83,7 +83,7 @@ def gpus_needing_attention(session: Session, *, now: float, window_s: float = AT
     h = GpuHourly.__table__
     hours = session.execute(
         select(h.c.gpu_id, func.sum(h.c.covered_s).label("covered_s"),
-               *(func.sum(h.c[f]).label(f) for f in SLOWDOWN_FIELDS))
+               *(func.sum(h.c[f]).label(f) for f in (*SLOWDOWN_FIELDS, NEAR_SLOWDOWN_FIELD)))
         .where(h.c.hour >= from_epoch(since - since % HOUR_S), h.c.hour < from_epoch(now), h.c.gpu_id.in_(gpus))
         .group_by(h.c.gpu_id)).mappings().all()
     agg: dict[int, dict[str, Any]] = {r["gpu_id"]: dict(r) for r in hours}

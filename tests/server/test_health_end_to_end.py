@@ -5,6 +5,8 @@ loader -> characterize -> the report's `health.findings`, `GET /api/v1/gpus?node
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -12,6 +14,7 @@ from server.app import create_app
 from server.auth.service import create_token
 from server.config import ServerSettings
 from server.db import make_engine, make_sessionmaker, session_scope
+from server.fleet.service import rollup_hours
 from server.migrate import upgrade
 from tests.server import faulty_gpu as S  # the scenario's numbers
 from tests.server.fake_node import poster
@@ -72,6 +75,29 @@ def test_node_gpus_and_fleet_summary_list_the_faulty_gpu(api, shipped) -> None: 
     assert [(a["gpu_uuid"], a["gpu_index"], a["severity"]) for a in attention] == \
         [(truth.bad, S.FAULTY, "critical")]
     assert {f["kind"]: f.get("count") for f in attention[0]["findings"]} == {**COUNTS, **dict.fromkeys(FLAGS)}
+
+
+def test_fleet_lists_the_gpu_running_near_its_slowdown_temperature_from_the_rollups(  # type: ignore[no-untyped-def]
+        api, shipped, server_settings) -> None:
+    """Rolled up, the seconds the faulty GPU ran within a few degrees of its own slowdown threshold (80 °C) reach the
+    node's and the fleet's attention lists; the clean GPU, as hot but under its own 90 °C, is not listed."""
+    op, truth = shipped
+    now = time.time()
+    engine = make_engine(server_settings)
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            rollup_hours(session, since=truth.t0 - 3600, until=now, now=now)
+    finally:
+        engine.dispose()
+    gpus = {g["uuid"]: g for g in api.get("/api/v1/gpus", params={"node": NODE}, headers=auth(op)).json()}
+    assert gpus[truth.good]["findings"] == []
+    hot = {f["kind"]: f for f in gpus[truth.bad]["findings"]}["temperature_near_slowdown"]
+    assert hot["seconds"] == pytest.approx(S.READINGS - S.HOT_AT, abs=2.0)
+    assert hot["source"] == "nvml:temperature_c vs slowdown threshold (hourly rollups)" + SOURCE
+    summary = api.get("/api/v1/fleet/summary", params={"window": "1h"}, headers=auth(op)).json()
+    attention = [a for a in summary["gpus_needing_attention"] if a["node"] == NODE]
+    assert [a["gpu_uuid"] for a in attention] == [truth.bad]
+    assert "temperature_near_slowdown" in {f["kind"] for f in attention[0]["findings"]}
 
 
 def test_embedded_store_lists_the_faulty_gpu_too(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ from server.analysis.base.durations import sample_durations
 from server.analysis.base.jobdata import GpuSeries
 from server.analysis.energy.accounting import IDLE_UTIL_PCT, interval_energy
 from server.analysis.fleet.goodput import goodput_terms, idle_runs
+from server.analysis.health.findings import near_slowdown, slowdown_temperature
 from server.analysis.health.reasons import SLOWDOWN_KINDS, any_slowdown, as_bits, slowdown_masks
 from server.analysis.memory.usage import used_peak_series
 
@@ -26,8 +27,11 @@ HOUR_S = 3600.0
 GOODPUT_FIELDS = ("idle_s", "stalled_s", "throttled_s", "productive_s")
 # Seconds under each slowdown kind (health.reasons.slowdown_masks), for the fleet's "GPUs needing attention".
 SLOWDOWN_FIELDS = tuple(f"{kind}_s" for kind in SLOWDOWN_KINDS)
+# Seconds within health.findings.TEMPERATURE_MARGIN_C of the GPU's slowdown temperature (null: unknown), for the
+# same list.
+NEAR_SLOWDOWN_FIELD = "near_slowdown_s"
 ROLLUP_FIELDS = ("hour_start", "samples", "covered_s", "busy_s", "util_busy_s", "energy_j",
-                 "memory_peak_bytes", "util_mean_pct", *GOODPUT_FIELDS, *SLOWDOWN_FIELDS)
+                 "memory_peak_bytes", "util_mean_pct", *GOODPUT_FIELDS, *SLOWDOWN_FIELDS, NEAR_SLOWDOWN_FIELD)
 ENERGY_SOURCE = "energy_source"  # per hour: where its energy came from (an object column beside the fields)
 
 
@@ -47,12 +51,15 @@ class SampleTerms:
     idle_run: np.ndarray | None = None  # bool: part of a run of low-utilization samples lasting IDLE_RUN_S or more
     reasons_known: np.ndarray | None = None  # bool: the sample has a clock-event reasons reading
     slowdowns: dict[str, np.ndarray] | None = None  # kind -> bool per sample (health.reasons.slowdown_masks)
+    near_slowdown: np.ndarray | None = None  # bool: temperature near the slowdown threshold (None: threshold unknown)
+    temperature_known: np.ndarray | None = None  # bool: the sample has a temperature reading
 
 
 def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
                  memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
                  energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
-                 hour_s: float = HOUR_S, throttle_reasons: np.ndarray | None = None) -> SampleTerms:
+                 hour_s: float = HOUR_S, throttle_reasons: np.ndarray | None = None,
+                 temperature_c: np.ndarray | None = None, slowdown_temperature_c: float | None = None) -> SampleTerms:
     ts = np.asarray(ts, dtype=np.float64)
     n = ts.size
     nan = np.full(n, np.nan)
@@ -77,7 +84,10 @@ def sample_terms(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
         throttled=np.zeros(n, dtype=bool) if throttle_reasons is None else any_slowdown(throttle_reasons),
         idle_run=idle_runs(util, dur),
         reasons_known=np.zeros(n, dtype=bool) if throttle_reasons is None else as_bits(throttle_reasons)[1],
-        slowdowns=None if throttle_reasons is None else slowdown_masks(throttle_reasons))
+        slowdowns=None if throttle_reasons is None else slowdown_masks(throttle_reasons),
+        near_slowdown=None if temperature_c is None or slowdown_temperature_c is None
+        else near_slowdown(temperature_c, slowdown_temperature_c),
+        temperature_known=None if temperature_c is None else ~np.isnan(np.asarray(temperature_c, dtype=np.float64)))
 
 
 def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -132,8 +142,14 @@ def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, 
     has_reasons = rsum(w * t.reasons_known[idx]) > 0 if t.reasons_known is not None else np.zeros(starts.size, bool)
     slow = {f"{kind}_s": np.where(has_reasons, rsum(w * dur * t.slowdowns[kind][idx]), np.nan)
             if t.slowdowns is not None else np.full(starts.size, np.nan) for kind in SLOWDOWN_KINDS}
+    if t.near_slowdown is not None and t.temperature_known is not None:
+        has_temp = rsum(w * t.temperature_known[idx]) > 0
+        near = np.where(has_temp, rsum(w * dur * t.near_slowdown[idx]), np.nan)
+    else:
+        near = np.full(starts.size, np.nan)
     return {
         **slow,
+        NEAR_SLOWDOWN_FIELD: near,
         **{k: np.where(has_util, rsum(w * v), np.nan) for k, v in goodput.items()},
         "hour_start": hour[starts] * t.hour_s,
         "samples": rsum(w),
@@ -150,12 +166,15 @@ def reduce_hours(t: SampleTerms, weight: np.ndarray | None = None) -> dict[str, 
 def hourly_rollup(ts: np.ndarray, *, gpu_util_pct: np.ndarray | None = None,
                   memory_used_bytes: np.ndarray | None = None, power_w: np.ndarray | None = None,
                   energy_counter_j: np.ndarray | None = None, max_gap_s: float | None = None,
-                  hour_s: float = HOUR_S, throttle_reasons: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                  hour_s: float = HOUR_S, throttle_reasons: np.ndarray | None = None,
+                  temperature_c: np.ndarray | None = None,
+                  slowdown_temperature_c: float | None = None) -> dict[str, np.ndarray]:
     """Rollup of one GPU's series into hour buckets (by the sample's own hour). Arrays aligned per hour;
     see reduce_hours for the fields."""
     return reduce_hours(sample_terms(ts, gpu_util_pct=gpu_util_pct, memory_used_bytes=memory_used_bytes,
                                      power_w=power_w, energy_counter_j=energy_counter_j, max_gap_s=max_gap_s,
-                                     hour_s=hour_s, throttle_reasons=throttle_reasons))
+                                     hour_s=hour_s, throttle_reasons=throttle_reasons, temperature_c=temperature_c,
+                                     slowdown_temperature_c=slowdown_temperature_c))
 
 
 def attribution_weights(ts: np.ndarray, windows: Sequence[tuple[Hashable, float, float]]
@@ -200,7 +219,8 @@ def rollup_gpus(gpus: Iterable[GpuSeries], *, max_gap_s: float | None = None) ->
         r = hourly_rollup(
             g.ts, gpu_util_pct=g.column("gpu_util_pct"), memory_used_bytes=used_peak_series(g),
             power_w=g.column("power_w"), energy_counter_j=g.column("energy_counter_j"), max_gap_s=max_gap_s,
-            throttle_reasons=g.column("throttle_reasons"))
+            throttle_reasons=g.column("throttle_reasons"), temperature_c=g.column("temperature_c"),
+            slowdown_temperature_c=slowdown_temperature(g).value)
         parts.append(r)
         uuids.append(np.full(r["hour_start"].size, g.uuid, dtype=object))
     out: dict[str, Any] = {k: (np.concatenate([p[k] for p in parts]) if parts else np.empty(0))

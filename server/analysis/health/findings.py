@@ -82,12 +82,23 @@ def max_sm_clock(g: GpuSeries) -> Reference:
 
 
 def slowdown_temperature(g: GpuSeries) -> Reference:
-    if g.slowdown_temperature_c is not None:
-        return Reference(g.slowdown_temperature_c, "nvml:temperature threshold SLOWDOWN")
-    model = find_model(g.name) if g.name else None
+    return slowdown_threshold(g.slowdown_temperature_c, g.name)
+
+
+def slowdown_threshold(nvml_c: float | None, gpu_name: str | None) -> Reference:
+    """A GPU's slowdown temperature: what NVML said, else its catalogue model's, else unknown."""
+    if nvml_c is not None:
+        return Reference(nvml_c, "nvml:temperature threshold SLOWDOWN")
+    model = find_model(gpu_name) if gpu_name else None
     if model is not None and model.slowdown_temperature_c is not None:
         return Reference(model.slowdown_temperature_c, f"catalogue:{model.name}")
     return Reference(None, None)
+
+
+def near_slowdown(temperature_c: np.ndarray, threshold_c: float) -> np.ndarray:
+    """Which samples ran within TEMPERATURE_MARGIN_C of the slowdown temperature (False where unknown)."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(temperature_c, dtype=np.float64) >= threshold_c - TEMPERATURE_MARGIN_C
 
 
 def _utc(ts: float) -> str:
@@ -198,8 +209,7 @@ def _temperature_finding(g: GpuSeries, dur: np.ndarray, covered: float) -> Healt
     temp = g.column("temperature_c")
     if ref.value is None or np.all(np.isnan(temp)):
         return None
-    with np.errstate(invalid="ignore"):
-        hot = temp >= ref.value - TEMPERATURE_MARGIN_C
+    hot = near_slowdown(temp, ref.value)
     seconds = float(np.sum(dur[hot]))
     if seconds < MIN_SLOWDOWN_S:
         return None

@@ -9,7 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetprof.report import HealthFinding, sample_source_suffix
-from server.analysis.health.findings import COUNTERS, FLAGS, MIN_SLOWDOWN_S, SEVERITY, SLOWDOWN_TITLES
+from server.analysis.health.findings import (
+    COUNTERS,
+    FLAGS,
+    MIN_SLOWDOWN_S,
+    SEVERITY,
+    SLOWDOWN_TITLES,
+    TEMPERATURE_MARGIN_C,
+)
 from server.analysis.health.reasons import SLOWDOWN_KINDS, names
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -21,9 +28,9 @@ def _span(seconds: float) -> str:
 
 def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float,
                     sample_source: str | None = None) -> list[HealthFinding]:
-    """`agg` (any key may be absent or None: unknown): covered_s and `<kind>_s` per SLOWDOWN_KINDS from the
-    rollups; `<column>_first` / `<column>_last` of the window's first and last sample reading the column (xid_last,
-    the COUNTERS and the FLAGS columns the table has). `sample_source`: the node's batch source, to label the
+    """`agg` (any key may be absent or None: unknown): covered_s, `<kind>_s` per SLOWDOWN_KINDS and near_slowdown_s
+    from the rollups; `<column>_first` / `<column>_last` of the window's first and last sample reading the column
+    (xid_last, the COUNTERS and the FLAGS columns the table has). `sample_source`: the node's batch source, to label the
     findings of the NVML test double or a replay."""
     out: list[HealthFinding] = []
     suffix = sample_source_suffix(sample_source)
@@ -43,6 +50,13 @@ def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float,
             add(kind, f"{SLOWDOWN_TITLES[kind]} for {_span(seconds)} in the rollup hours of the last "
                       f"{_span(window_s)}{share}", seconds=seconds, fraction=fraction,
                 source="nvml:clock event reasons " + "+".join(names(mask)) + " (hourly rollups)")
+    near = agg.get("near_slowdown_s")
+    if near is not None and near >= MIN_SLOWDOWN_S:
+        fraction = near / covered if covered > 0 else None
+        share = f" ({fraction:.0%} of its time)" if fraction is not None else ""
+        add("temperature_near_slowdown", f"temperature within {TEMPERATURE_MARGIN_C:.0f} °C of its slowdown threshold "
+            f"for {_span(near)} in the rollup hours of the last {_span(window_s)}{share}", seconds=near,
+            fraction=fraction, source="nvml:temperature_c vs slowdown threshold (hourly rollups)")
     first, last = agg.get("xid_last_first"), agg.get("xid_last_last")
     if last is not None and last != first:
         add("xid", f"XID {int(last)} in the last {_span(window_s)}", xids=[int(last)], count=1,
