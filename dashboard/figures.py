@@ -135,8 +135,10 @@ def memory_timeline(used: dict[str, Any] | None, steps: dict[str, Any] | None,
 
 
 def metric_timeline(data: dict[str, Any] | None, *, title: str, y_title: str, scale: float = 1.0,
-                    hover_unit: str = "", x_range: tuple[float, float] | None = None) -> go.Figure:
-    """One line per GPU from a /timeseries answer."""
+                    hover_unit: str = "", x_range: tuple[float, float] | None = None,
+                    overlay: dict[str, Any] | None = None, overlay_name: str = "") -> go.Figure:
+    """One line per GPU from a /timeseries answer; `overlay` (another answer in the same unit, e.g. NVML GPM's SM
+    activity beside NVML utilization) adds a dotted line per GPU in the GPU's colour, named `overlay_name`."""
     series = (data or {}).get("series") or []
     fig = go.Figure()
     for i, s in enumerate(series):
@@ -145,6 +147,14 @@ def metric_timeline(data: dict[str, Any] | None, *, title: str, y_title: str, sc
         fig.add_trace(go.Scatter(x=epoch_ms(s["ts"]), y=_values(s["values"], scale), mode="lines",
                                  name=_gpu_name(s, i), line={"color": PALETTE[i % len(PALETTE)], "width": 1.2},
                                  hovertemplate="%{y:.1f} " + hover_unit + "<extra>" + _gpu_hover(s, i) + "</extra>"))
+    for i, s in enumerate((overlay or {}).get("series") or []):
+        values = _values(s["values"], scale)
+        if not s["ts"] or np.all(np.isnan(values)):
+            continue  # a GPU without the overlay's signal (no GPM before Hopper): no line, not a line at 0
+        fig.add_trace(go.Scatter(x=epoch_ms(s["ts"]), y=values, mode="lines", name=f"{_gpu_name(s, i)} {overlay_name}",
+                                 line={"color": PALETTE[i % len(PALETTE)], "width": 1.2, "dash": "dot"},
+                                 hovertemplate="%{y:.1f} " + hover_unit + f" {overlay_name}<extra>"
+                                               + _gpu_hover(s, i) + "</extra>"))
     if not fig.data:
         return empty_figure("no samples", title=title)
     return _x_range(_layout(fig, title=title, y_title=y_title, uirevision=repr(x_range), legend=_SIDE_LEGEND),

@@ -659,14 +659,17 @@ def register_callbacks(app: dash.Dash) -> None:
             with client_for(auth) as c:
                 series, steps = gather(
                     lambda: c.timeseries_batch(job_id, {"memory_used_bytes": full, "power_w": half,
-                                                        "gpu_util_pct": half}, since=since, until=until),
+                                                        "gpu_util_pct": half, "gpm_sm_activity_pct": half},
+                                               since=since, until=until),
                     lambda: c.steps(job_id, since=since, until=until, points=full // 2))
         except ApiError as exc:
             series = steps = exc
         if isinstance(series, ApiError):
             used = power = util = series
+            sm_activity = None
         else:
             used, power, util = series["memory_used_bytes"], series["power_w"], series["gpu_util_pct"]
+            sm_activity = series.get("gpm_sm_activity_pct")
         if isinstance(steps, ApiError) and steps.status in (404, 405):
             steps = None  # an API without per-step series
         x_range = (since, until) if since is not None and until is not None else None
@@ -680,8 +683,9 @@ def register_callbacks(app: dash.Dash) -> None:
                 u, None if isinstance(steps, ApiError) else steps, x_range=x_range), "Device memory"),
             fig(power, lambda p: figures.metric_timeline(p, title="Power (W, NVML)", y_title="W", hover_unit="W",
                                                          x_range=x_range), "Power"),
-            fig(util, lambda u: figures.metric_timeline(u, title="GPU utilization (%, NVML)", y_title="%",
-                                                        hover_unit="%", x_range=x_range), "GPU utilization"),
+            fig(util, lambda u: figures.metric_timeline(
+                u, title="GPU utilization (%, NVML; dotted: SM activity, NVML GPM)", y_title="%", hover_unit="%",
+                x_range=x_range, overlay=sm_activity, overlay_name="SM activity"), "GPU utilization"),
             fig(steps, lambda s: figures.step_time_histogram(s, zoomed=x_range is not None), hist_title),
         )
 

@@ -63,6 +63,19 @@ def test_metric_timeline_keeps_unknown_as_gap_not_zero() -> None:
     assert y[0] == 100.0 and math.isnan(y[1]) and y[2] == 300.0
 
 
+def test_utilization_timeline_overlays_gpm_sm_activity_where_a_gpu_has_it() -> None:
+    """GPM's SM activity beside NVML utilization: a dotted line per GPU that has GPM, in the GPU's colour; a GPU
+    without GPM (every value null) gets no line rather than one at 0."""
+    util = {"series": [_series("GPU-a", [0.0, 1.0], [100.0, 100.0]), _series("GPU-b", [0.0, 1.0], [90.0, 95.0])]}
+    sm = {"series": [_series("GPU-a", [0.0, 1.0], [41.0, 43.5]), _series("GPU-b", [0.0, 1.0], [None, None])]}
+    fig = figures.metric_timeline(util, title="GPU utilization", y_title="%", overlay=sm, overlay_name="SM activity")
+    assert [t.name for t in fig.data] == ["GPU 0", "GPU 1", "GPU 0 SM activity"]
+    dotted = fig.data[2]
+    assert dotted.line.dash == "dot" and dotted.line.color == fig.data[0].line.color and list(dotted.y) == [41.0, 43.5]
+    plain = figures.metric_timeline(util, title="GPU utilization", y_title="%", overlay=None)
+    assert len(plain.data) == 2
+
+
 def test_step_time_histogram_from_listed_steps_in_ms_with_percentiles() -> None:
     fig = figures.step_time_histogram({"count": 4, "wall_s": [0.1, 0.2, None, 0.3]})
     assert list(fig.data[0].x) == pytest.approx([100.0, 200.0, 300.0])

@@ -90,7 +90,7 @@ def test_job_and_node_layouts_show_gpm_and_unknown_through_the_real_api(api, mak
 def test_browser_job_page_gpm_and_unknown(chrome, dashboard_url, live_server, make_token) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 
-    from tests.dashboard.test_browser import _console_errors, _sign_in, _wait
+    from tests.dashboard.test_browser import _console_errors, _plot, _sign_in, _wait
 
     post = poster(httpx, live_server)
 
@@ -103,8 +103,13 @@ def test_browser_job_page_gpm_and_unknown(chrome, dashboard_url, live_server, ma
     assert driver.find_element(By.ID, "job-gpm-tensor-value").text == fmt.pct(SM_MEAN / 2)
     assert SOURCE in driver.find_element(By.ID, "job-gpm-sm").text
     _wait(driver, "#job-gpm", fmt.pct(SM_MEAN))
+    util = _plot(driver, "job-util")  # NVML utilization per GPU, and GPM's SM activity dotted beside it
+    assert sorted(t["name"] for t in util["traces"] if "SM activity" in t["name"]) == ["GPU 0 SM activity",
+                                                                                      "GPU 1 SM activity"]
     driver.get(f"{dashboard_url}/jobs/no-gpm-job")
     _wait(driver, "#job-title", "no-gpm-job")
+    util = _plot(driver, "job-util")
+    assert util["traces"] and not [t for t in util["traces"] if "SM activity" in t["name"]]
     _wait(driver, "#job-gpm-source", "unknown")
     assert driver.find_element(By.ID, "job-gpm-sm-value").text == "unknown"
     assert driver.find_element(By.ID, "job-gpm-tensor-value").text == "unknown"
