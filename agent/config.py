@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from fleetprof.settings import ClientSettings
+from fleetprof.settings import ClientSettings, load
 
 
 class AgentSettings(ClientSettings):
@@ -73,7 +73,8 @@ class AgentSettings(ClientSettings):
 
 
 def load_settings(**overrides: Any) -> AgentSettings:
-    return AgentSettings(**{k: v for k, v in overrides.items() if v is not None})
+    """The environment's agent settings, the overrides that are not None on top (fleetprof.settings.load)."""
+    return load(AgentSettings, **overrides)
 
 
 def node_name(settings: AgentSettings) -> str:

@@ -117,23 +117,6 @@ def _scaled(v: float | int | None, factor: float) -> float | None:
     return None if v is None else v * factor
 
 
-_INF = math.inf
-_LOW = {name: 0 if name in _NON_NEGATIVE or name in PCT_FIELDS else -_INF for name in _FIELD_NAMES}
-_HIGH = {name: 100.0 if name in PCT_FIELDS else _INF for name in _FIELD_NAMES}
-
-
-def _clean_column(name: str, col: tuple[Any, ...]) -> list[Any]:
-    """`_clean` of every value of a column; a column with nothing to clean (the usual case: no NaN, nothing out
-    of range) is checked in one pass and copied as it is."""
-    low, high = _LOW[name], _HIGH[name]
-    try:
-        if all(v is None or (low <= v <= high and -_INF < v < _INF) for v in col):  # NaN fails every comparison
-            return list(col)
-    except TypeError:  # not a number: `_clean` and the validation say what becomes of it
-        pass
-    return [None if v is None else _clean(name, v) for v in col]
-
-
 def _clean(name: str, value: float | int | None) -> float | int | None:
     """What a confused driver returns must not cost us the whole batch at validation."""
     if value is None:
@@ -312,7 +295,7 @@ class Sampler:
         cols: dict[str, Any] = {"ts": pend.ts, "gpu_uuid": pend.gpu_uuid, "healthy": pend.healthy}
         for name, col in zip(_FIELD_NAMES, zip(*pend.rows, strict=True), strict=True):
             if any(v is not None for v in col):
-                cols[name] = _clean_column(name, col)
+                cols[name] = [None if v is None else _clean(name, v) for v in col]
         samples = self._valid_rows(SampleColumns, cols, "sample")
         processes = self._valid_rows(ProcessColumns, pend.procs, "process") if pend.procs["ts"] else None
         if samples is None:

@@ -6,10 +6,12 @@ Environment prefix `FLEETPROF_`; nothing else in `fleetprof/` reads os.environ.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from fleetprof.errors import CliError
 
 
 class ClientSettings(BaseSettings):
@@ -38,6 +40,21 @@ def connection(settings: ClientSettings) -> tuple[str, str]:
     return settings.server_url, settings.token
 
 
+S = TypeVar("S", bound=ClientSettings)
+
+
+def load(cls: type[S], **overrides: Any) -> S:
+    """`cls` from the environment, with the overrides that are not None (command-line options) on top. A value that
+    does not parse (FLEETPROF_INTERVAL_S=abc) is a one-line CliError naming the variable, not a traceback."""
+    try:
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "FLEETPROF_" + str(first["loc"][0]).upper() if first["loc"] else cls.__name__
+        raise CliError(f"invalid setting {name} (or its command-line option) = {first.get('input')!r}: "
+                       f"{first['msg']}") from None
+
+
 def load_client_settings(**overrides: Any) -> ClientSettings:
     """The environment's settings, with the overrides that are not None (command-line options) on top."""
-    return ClientSettings(**{k: v for k, v in overrides.items() if v is not None})
+    return load(ClientSettings, **overrides)

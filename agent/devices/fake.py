@@ -72,14 +72,14 @@ FIELD_LATENCIES_S: dict[int, float] = {
     # unmeasured, assumed to cost what the volatile ECC counts do: the aggregate ECC counts and the NVLink error
     # totals (that H100 had no NVLink)
     _real.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: 1.5e-6,
-    # unmeasured (the H100 probe predates its use), assumed to cost what an ECC count does on top of the call's
-    # own latency (nvmlDeviceGetPowerUsage, the same 1-s mean on an H100, measured 1.8 us in all)
-    _real.NVML_FI_DEV_POWER_AVERAGE: 1.5e-6,
     _real.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: 1.5e-6,
     _real.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: 1.5e-6,
+    # unmeasured (the H100 probe predates its use), assumed to cost what an ECC count does on top of the call's
+    # own latency (nvmlDeviceGetPowerUsage, the same 1-s mean on an H100, measured 1.8 us in all)
+    _real.NVML_FI_DEV_POWER_AVERAGE: 1.5e-6,
 }
 # GPM metrics of an H100 80GB HBM3 running a bf16 8192x8192 matmul (bench/results/nvml_probe_h100.json): the
 # values a GPU with `gpm_supported` reports unless a test scripts others. NVML gives PCIe/NVLink in MiB/s.

@@ -241,8 +241,6 @@ class NvmlDevices(Devices):
             self._power_average_ids: list[Any] = [getattr(nvml, "NVML_FI_DEV_POWER_AVERAGE", None)]
             # per slot, the clock when the driver's 1-s power mean was last read (power_source _POWER_FIELD_AVERAGE)
             self._power_read_at: list[float] = []
-            # per slot, (energy, health) -> the field-values request of _read_fields and what it was built for
-            self._field_plans: list[dict[tuple[bool, bool], tuple[Any, ...]]] = []
             # per slot, the 10 Hz reading as one closure over its handle and calls (see read_fast)
             self._fast_plan: list[Callable[[], tuple[int | None, int | None]] | None] = []
             self._gpm: list[_Gpm | None] = []  # None: no GPM on this GPU (or MIG device)
@@ -309,7 +307,6 @@ class NvmlDevices(Devices):
         self._app_clocks.append((None, None))
         self._fast_plan.append(None)
         self._power_read_at.append(float("-inf"))
-        self._field_plans.append({})
         self._v2_memory.append(hasattr(nvml, "nvmlMemory_v2"))
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
         # provisional identity so that log lines of the probes below can name the GPU
@@ -591,37 +588,27 @@ class NvmlDevices(Devices):
         mem_fn = nvml.nvmlDeviceGetMemoryInfo
         mem_args = (h, nvml.nvmlMemory_v2) if self._v2_memory[slot] else (h,)
         source = self._ids[slot].power_source if self._power_readable(slot) else None
-        if source == _POWER_INSTANT:
-            fields_fn, ids, success, value = nvml.nvmlDeviceGetFieldValues, self._power_instant_ids, \
-                self._success, self._field_value
-
-            def instant() -> tuple[int | None, int | None]:
-                used = int(mem_fn(*mem_args).used)
-                (fv,) = fields_fn(h, ids)
-                v = value(fv) if fv.nvmlReturn == success else None
-                if v is None:
-                    raise ValueError("power field not read")  # -> the careful path
-                return used, int(v)
-
-            return instant
-        if source == _POWER_FIELD_AVERAGE:
-            fields_fn, ids, success, value = nvml.nvmlDeviceGetFieldValues, self._power_average_ids, \
-                self._success, self._field_value
+        if source in (_POWER_INSTANT, _POWER_FIELD_AVERAGE):
+            is_mean = source == _POWER_FIELD_AVERAGE  # the driver's 1-s mean: read a second after the last read
+            fields_fn, success, value = nvml.nvmlDeviceGetFieldValues, self._success, self._field_value
+            ids = self._power_average_ids if is_mean else self._power_instant_ids
             clock, read_at, window = self._clock, self._power_read_at, POWER_AVERAGE_WINDOW_S
 
-            def memory_and_due_average() -> tuple[int | None, int | None]:
+            def memory_and_power() -> tuple[int | None, int | None]:
                 used = int(mem_fn(*mem_args).used)
-                now = clock()
-                if now - read_at[slot] < window:
-                    return used, None  # the 1-s mean read last still covers this moment
+                if is_mean:
+                    now = clock()
+                    if now - read_at[slot] < window:
+                        return used, None  # the 1-s mean read last still covers this moment
                 (fv,) = fields_fn(h, ids)
                 v = value(fv) if fv.nvmlReturn == success else None
                 if v is None:
                     raise ValueError("power field not read")  # -> the careful path, which asks again
-                read_at[slot] = now
+                if is_mean:
+                    read_at[slot] = now
                 return used, int(v)
 
-            return memory_and_due_average
+            return memory_and_power
         if source == _POWER_AVERAGE:
             power_fn = nvml.nvmlDeviceGetPowerUsage
 
@@ -777,23 +764,15 @@ class NvmlDevices(Devices):
         nvml = self._nvml
         if self._ids[slot].mig_parent_uuid is not None:
             return  # energy, ECC and NVLink are the parent GPU's
-        # which fields to ask depends on the cadence (energy, health), on what was found unsupported (`_skip` only
-        # grows) and on whether GPM still runs: built once per combination, not at every reading
-        key = (energy, health, len(self._skip), self._gpm[slot] is None)
-        plan = self._field_plans[slot].get(key[:2])
-        if plan is None or plan[0] != key:
-            scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
-                       if (slot, name) not in self._skip and hasattr(nvml, const)
-                       and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
-                       and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
-                       and (name != "power_average" or self._ids[slot].power_source == _POWER_FIELD_AVERAGE)
-                       and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
-            # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not
-            # read
-            links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]
-            plan = (key, scalars, links, [fid for _, _, fid in scalars] + links)
-            self._field_plans[slot][key[:2]] = plan
-        _, scalars, links, ids = plan
+        scalars = [(name, attr, getattr(nvml, const)) for name, const, attr in _SCALAR_FIELDS
+                   if (slot, name) not in self._skip and hasattr(nvml, const)
+                   and (energy or name not in _SLOW_FIELDS) and (health or name not in _HEALTH_FIELDS)
+                   and (name != "power_instant" or self._ids[slot].power_source == _POWER_INSTANT)
+                   and (name != "power_average" or self._ids[slot].power_source == _POWER_FIELD_AVERAGE)
+                   and (attr != _NVLINK_ERRORS or self._nvlink_links[slot] > 0)]
+        # a GPM GPU's NVLink rates come from GPM (over the interval, all links): its 2 x links counters are not read
+        links = [] if (slot, "nvlink") in self._skip or self._gpm[slot] is not None else self._nvlink_fields[slot]
+        ids: list[Any] = [fid for _, _, fid in scalars] + links
         if not ids:
             return
         values = self._get(slot, "field_values", nvml.nvmlDeviceGetFieldValues, self._handles[slot], ids)

@@ -44,19 +44,3 @@ def test_a_row_with_an_invalid_job_id_is_dropped_counted_and_the_rest_shipped(
     assert len(warnings) == 1 and "process.job_id" in warnings[0] and JOBS[BAD] in warnings[0]
     assert len(agent.spool) == 0
 
-
-def test_a_column_is_cleaned_as_each_of_its_values_would_be() -> None:
-    """The one-pass check of a clean column gives what cleaning value by value gives: NaN and infinities null,
-    negatives null where a field cannot be negative, percentages capped at 100; a clean column is kept whole."""
-    import math
-    import random
-
-    from agent.sampler import _FIELD_NAMES, _clean, _clean_column
-
-    values = [None, 0, 1, -1, 5.5, 150.0, -3.0, math.nan, math.inf, -math.inf, 100, 2**40]
-    rng = random.Random(7)
-    for name in _FIELD_NAMES:
-        for _ in range(200):
-            col = tuple(rng.choice(values) for _ in range(6))
-            assert _clean_column(name, col) == [None if v is None else _clean(name, v) for v in col], (name, col)
-    assert _clean_column("gpu_util_pct", (50.0, None, 100.0)) == [50.0, None, 100.0]

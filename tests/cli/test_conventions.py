@@ -98,6 +98,18 @@ def test_usage_errors_of_argparse_are_2(cli_env):
     assert r.returncode == ExitCode.USAGE and "invalid choice" in r.stderr
 
 
+@pytest.mark.parametrize(("command", "variable", "value"), [
+    (("agent", "--source", "fake:1", "--server", "http://127.0.0.1:9", "--token", "t"), "FLEETPROF_POWER_INSTANT_10HZ",
+     "maybe"),
+    (("agent", "--source", "fake:1", "--server", "http://127.0.0.1:9", "--token", "t"), "FLEETPROF_INTERVAL_S", "abc"),
+])
+def test_a_setting_that_does_not_parse_is_one_line_and_2(cli_env, command, variable, value):
+    r = cli({**cli_env, variable: value}, *command, timeout=60)
+    assert r.returncode == ExitCode.USAGE and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert f"invalid setting {variable}" in r.stderr and repr(value) in r.stderr
+
+
 def test_version(cli_env):
     r = cli(cli_env, "--version")
     assert r.returncode == 0 and r.stdout.strip() == f"fleetprof {importlib.metadata.version('fleetprof')}"

@@ -42,21 +42,20 @@ def window_findings(gpu_uuid: str, agg: Mapping[str, Any], *, window_s: float,
                                                  "fraction": None, **fields}))
 
     covered = agg.get("covered_s") or 0.0
-    for kind, mask in SLOWDOWN_KINDS.items():
-        seconds = agg.get(f"{kind}_s")
+    # seconds the rollups counted: under each slowdown clock-event reason, and near the slowdown temperature
+    timed = [(kind, f"{kind}_s", SLOWDOWN_TITLES[kind],
+              "nvml:clock event reasons " + "+".join(names(mask)) + " (hourly rollups)")
+             for kind, mask in SLOWDOWN_KINDS.items()]
+    timed.append(("temperature_near_slowdown", "near_slowdown_s",
+                  f"temperature within {TEMPERATURE_MARGIN_C:.0f} °C of its slowdown threshold",
+                  "nvml:temperature_c vs slowdown threshold (hourly rollups)"))
+    for kind, key, title, source in timed:
+        seconds = agg.get(key)
         if seconds is not None and seconds >= MIN_SLOWDOWN_S:
             fraction = seconds / covered if covered > 0 else None
             share = f" ({fraction:.0%} of its time)" if fraction is not None else ""
-            add(kind, f"{SLOWDOWN_TITLES[kind]} for {_span(seconds)} in the rollup hours of the last "
-                      f"{_span(window_s)}{share}", seconds=seconds, fraction=fraction,
-                source="nvml:clock event reasons " + "+".join(names(mask)) + " (hourly rollups)")
-    near = agg.get("near_slowdown_s")
-    if near is not None and near >= MIN_SLOWDOWN_S:
-        fraction = near / covered if covered > 0 else None
-        share = f" ({fraction:.0%} of its time)" if fraction is not None else ""
-        add("temperature_near_slowdown", f"temperature within {TEMPERATURE_MARGIN_C:.0f} °C of its slowdown threshold "
-            f"for {_span(near)} in the rollup hours of the last {_span(window_s)}{share}", seconds=near,
-            fraction=fraction, source="nvml:temperature_c vs slowdown threshold (hourly rollups)")
+            add(kind, f"{title} for {_span(seconds)} in the rollup hours of the last {_span(window_s)}{share}",
+                seconds=seconds, fraction=fraction, source=source)
     first, last = agg.get("xid_last_first"), agg.get("xid_last_last")
     if last is not None and last != first:
         add("xid", f"XID {int(last)} in the last {_span(window_s)}", xids=[int(last)], count=1,
