@@ -138,7 +138,8 @@ def metric_timeline(data: dict[str, Any] | None, *, title: str, y_title: str, sc
                     hover_unit: str = "", x_range: tuple[float, float] | None = None,
                     overlay: dict[str, Any] | None = None, overlay_name: str = "") -> go.Figure:
     """One line per GPU from a /timeseries answer; `overlay` (another answer in the same unit, e.g. NVML GPM's SM
-    activity beside NVML utilization) adds a dotted line per GPU in the GPU's colour, named `overlay_name`."""
+    activity beside NVML utilization) adds a dotted line per GPU in the GPU's colour, named `overlay_name`, and the
+    title says so when there is one."""
     series = (data or {}).get("series") or []
     fig = go.Figure()
     for i, s in enumerate(series):
@@ -147,6 +148,7 @@ def metric_timeline(data: dict[str, Any] | None, *, title: str, y_title: str, sc
         fig.add_trace(go.Scatter(x=epoch_ms(s["ts"]), y=_values(s["values"], scale), mode="lines",
                                  name=_gpu_name(s, i), line={"color": PALETTE[i % len(PALETTE)], "width": 1.2},
                                  hovertemplate="%{y:.1f} " + hover_unit + "<extra>" + _gpu_hover(s, i) + "</extra>"))
+    drawn = len(fig.data)
     for i, s in enumerate((overlay or {}).get("series") or []):
         values = _values(s["values"], scale)
         if not s["ts"] or np.all(np.isnan(values)):
@@ -157,6 +159,8 @@ def metric_timeline(data: dict[str, Any] | None, *, title: str, y_title: str, sc
                                                + _gpu_hover(s, i) + "</extra>"))
     if not fig.data:
         return empty_figure("no samples", title=title)
+    if len(fig.data) > drawn:
+        title = f"{title}; dotted: {overlay_name}"
     return _x_range(_layout(fig, title=title, y_title=y_title, uirevision=repr(x_range), legend=_SIDE_LEGEND),
                     x_range)
 

@@ -684,8 +684,8 @@ def register_callbacks(app: dash.Dash) -> None:
             fig(power, lambda p: figures.metric_timeline(p, title="Power (W, NVML)", y_title="W", hover_unit="W",
                                                          x_range=x_range), "Power"),
             fig(util, lambda u: figures.metric_timeline(
-                u, title="GPU utilization (%, NVML; dotted: SM activity, NVML GPM)", y_title="%", hover_unit="%",
-                x_range=x_range, overlay=sm_activity, overlay_name="SM activity"), "GPU utilization"),
+                u, title="GPU utilization (%, NVML)", y_title="%", hover_unit="%", x_range=x_range,
+                overlay=sm_activity, overlay_name="SM activity (NVML GPM)"), "GPU utilization"),
             fig(steps, lambda s: figures.step_time_histogram(s, zoomed=x_range is not None), hist_title),
         )
 

@@ -70,10 +70,11 @@ def test_utilization_timeline_overlays_gpm_sm_activity_where_a_gpu_has_it() -> N
     sm = {"series": [_series("GPU-a", [0.0, 1.0], [41.0, 43.5]), _series("GPU-b", [0.0, 1.0], [None, None])]}
     fig = figures.metric_timeline(util, title="GPU utilization", y_title="%", overlay=sm, overlay_name="SM activity")
     assert [t.name for t in fig.data] == ["GPU 0", "GPU 1", "GPU 0 SM activity"]
+    assert fig.layout.title.text.endswith("; dotted: SM activity")
     dotted = fig.data[2]
     assert dotted.line.dash == "dot" and dotted.line.color == fig.data[0].line.color and list(dotted.y) == [41.0, 43.5]
     plain = figures.metric_timeline(util, title="GPU utilization", y_title="%", overlay=None)
-    assert len(plain.data) == 2
+    assert len(plain.data) == 2 and "dotted" not in plain.layout.title.text
 
 
 def test_step_time_histogram_from_listed_steps_in_ms_with_percentiles() -> None:

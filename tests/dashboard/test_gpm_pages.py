@@ -104,12 +104,14 @@ def test_browser_job_page_gpm_and_unknown(chrome, dashboard_url, live_server, ma
     assert SOURCE in driver.find_element(By.ID, "job-gpm-sm").text
     _wait(driver, "#job-gpm", fmt.pct(SM_MEAN))
     util = _plot(driver, "job-util")  # NVML utilization per GPU, and GPM's SM activity dotted beside it
-    assert sorted(t["name"] for t in util["traces"] if "SM activity" in t["name"]) == ["GPU 0 SM activity",
-                                                                                      "GPU 1 SM activity"]
+    assert sorted(t["name"] for t in util["traces"] if "SM activity" in t["name"]) == [
+        "GPU 0 SM activity (NVML GPM)", "GPU 1 SM activity (NVML GPM)"]
+    assert util["title"].endswith("dotted: SM activity (NVML GPM)")
     driver.get(f"{dashboard_url}/jobs/no-gpm-job")
     _wait(driver, "#job-title", "no-gpm-job")
     util = _plot(driver, "job-util")
     assert util["traces"] and not [t for t in util["traces"] if "SM activity" in t["name"]]
+    assert "dotted" not in util["title"]
     _wait(driver, "#job-gpm-source", "unknown")
     assert driver.find_element(By.ID, "job-gpm-sm-value").text == "unknown"
     assert driver.find_element(By.ID, "job-gpm-tensor-value").text == "unknown"
